@@ -1,0 +1,117 @@
+//! Assembling a running server from its configuration: the data directory, the
+//! database (migrated), TLS, and the router — and serving it on a given listener
+//! until a shutdown future completes (STYLE 9 and 10: `serve` takes the listener
+//! and the shutdown, so tests run the real server on port 0).
+
+use std::fs;
+use std::future::Future;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use crate::clock::SharedClock;
+use crate::config::{Config, Tls};
+use crate::db::{Db, DbError};
+use crate::http::{self, AppState};
+use crate::tls::{self, TlsError, TlsSource};
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The data directory could not be created or secured.
+    #[error("cannot use the data directory {path}: {source}")]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The database could not be opened or migrated.
+    #[error("database: {0}")]
+    Db(#[from] DbError),
+    /// TLS could not be set up.
+    #[error("TLS: {0}")]
+    Tls(#[from] TlsError),
+    /// Serving failed.
+    #[error("serving failed: {0}")]
+    Serve(#[source] std::io::Error),
+}
+
+/// A server ready to serve: database open and migrated, TLS loaded.
+#[derive(Debug)]
+pub struct App {
+    state: AppState,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    ca_file: Option<PathBuf>,
+}
+
+impl App {
+    /// Opens everything the configuration names: creates the data directory
+    /// (mode 0700), connects to and migrates the database, loads or creates the
+    /// TLS material.
+    pub async fn open(config: Config, clock: SharedClock) -> Result<App, StartError> {
+        ensure_private_dir(&config.server.data_dir)?;
+        let db = Db::connect(config.database_url().expose()).await?;
+        db.migrate().await?;
+        let source = match &config.server.tls {
+            Tls::Off => TlsSource::Off,
+            Tls::Auto => TlsSource::Auto {
+                dir: config.server.data_dir.join("tls"),
+                public_host: config.server.public_url.host().to_string(),
+            },
+            Tls::Files {
+                cert_file,
+                key_file,
+            } => TlsSource::Files {
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            },
+        };
+        let server_tls = tls::server_config(&source)?;
+        Ok(App {
+            state: AppState::new(config, db, clock),
+            tls: server_tls.config,
+            ca_file: server_tls.ca_file,
+        })
+    }
+
+    /// The CA file clients must trust (`server.tls: auto`), for the start message.
+    pub fn ca_file(&self) -> Option<&Path> {
+        self.ca_file.as_deref()
+    }
+
+    /// Whether connections are TLS.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The shared state (for tests and admin commands).
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// Serves on `listener` until `shutdown` completes, then drains and closes
+    /// the database.
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), StartError> {
+        let router = http::router(self.state.clone());
+        let result = http::serve(listener, self.tls, router, shutdown).await;
+        self.state.db().close().await;
+        result.map_err(StartError::Serve)
+    }
+}
+
+fn ensure_private_dir(path: &Path) -> Result<(), StartError> {
+    let error = |source| StartError::DataDir {
+        path: path.to_path_buf(),
+        source,
+    };
+    fs::create_dir_all(path).map_err(error)?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o700)).map_err(error)
+}

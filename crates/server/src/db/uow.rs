@@ -1,0 +1,168 @@
+//! The unit of work: one transaction that carries the data of a use case, its
+//! audit entries and its events, and the actions that may run only once all of
+//! it is committed (signals, closing connections).
+
+use std::fmt;
+
+use sqlx::AnyConnection;
+use sqlx::{Any, Transaction};
+use tokio::sync::OwnedSemaphorePermit;
+
+use super::{Db, DbError, Engine};
+use crate::audit::{self, AuditEntry};
+use crate::clock::UnixMillis;
+use crate::events::{self, DurableEvent, EphemeralEvent, EventPosition};
+
+/// An action that runs after a successful commit, never after a rollback.
+pub type AfterCommit = Box<dyn FnOnce() + Send + 'static>;
+
+/// What a commit wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// The positions of the events written, in the order they were added.
+    pub event_positions: Vec<EventPosition>,
+}
+
+/// One transaction with its audit entries, events and after-commit actions.
+///
+/// [`UnitOfWork::commit`] writes the collected audit and event rows in the
+/// transaction, commits, and only then publishes ephemeral events, runs the
+/// after-commit actions and wakes the log tail. Dropped without commit it rolls
+/// back and runs nothing.
+pub struct UnitOfWork {
+    db: Db,
+    tx: Transaction<'static, Any>,
+    now_ms: UnixMillis,
+    audit: Vec<AuditEntry>,
+    events: Vec<DurableEvent>,
+    ephemeral: Vec<EphemeralEvent>,
+    after_commit: Vec<AfterCommit>,
+    /// SQLite: the in-process writer gate (see `db`), held until commit or drop.
+    _writer: Option<OwnedSemaphorePermit>,
+}
+
+impl fmt::Debug for UnitOfWork {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UnitOfWork")
+            .field("engine", &self.db.engine())
+            .field("now_ms", &self.now_ms)
+            .field("audit", &self.audit.len())
+            .field("events", &self.events.len())
+            .field("ephemeral", &self.ephemeral.len())
+            .field("after_commit", &self.after_commit.len())
+            .finish()
+    }
+}
+
+impl UnitOfWork {
+    pub(super) fn new(
+        db: Db,
+        tx: Transaction<'static, Any>,
+        now_ms: UnixMillis,
+        writer: Option<OwnedSemaphorePermit>,
+    ) -> UnitOfWork {
+        UnitOfWork {
+            db,
+            tx,
+            now_ms,
+            audit: Vec::new(),
+            events: Vec::new(),
+            ephemeral: Vec::new(),
+            after_commit: Vec::new(),
+            _writer: writer,
+        }
+    }
+
+    /// The connection of the transaction, for the use case's queries
+    /// (`sqlx::query(..).execute(uow.conn())`). Map errors with `DbError::from`.
+    pub fn conn(&mut self) -> &mut AnyConnection {
+        &mut self.tx
+    }
+
+    /// The engine, for the rare statement that differs.
+    pub fn engine(&self) -> Engine {
+        self.db.engine()
+    }
+
+    /// The time the unit of work was started with.
+    pub fn now_ms(&self) -> UnixMillis {
+        self.now_ms
+    }
+
+    /// Adds an audit entry, written at commit.
+    pub fn audit(&mut self, entry: AuditEntry) {
+        self.audit.push(entry);
+    }
+
+    /// Adds a durable event, written to the event log at commit.
+    pub fn event(&mut self, event: DurableEvent) {
+        self.events.push(event);
+    }
+
+    /// Adds an ephemeral event, published in this process after the commit and
+    /// never stored.
+    pub fn ephemeral(&mut self, event: EphemeralEvent) {
+        self.ephemeral.push(event);
+    }
+
+    /// Adds an action that runs after the commit, in the order added. Keep it
+    /// short and non-blocking (send on a channel, wake a task): it runs on the
+    /// committing task.
+    pub fn after_commit(&mut self, action: impl FnOnce() + Send + 'static) {
+        self.after_commit.push(Box::new(action));
+    }
+
+    /// Writes the audit entries and events, commits, then publishes the
+    /// ephemeral events, runs the after-commit actions and wakes the log tail.
+    /// On an error nothing after the commit runs (and the transaction is rolled
+    /// back, unless the error came from the commit itself, whose outcome the
+    /// database alone knows).
+    pub async fn commit(mut self) -> Result<Committed, DbError> {
+        let engine = self.db.engine();
+        for entry in &self.audit {
+            audit::insert(&mut self.tx, entry, self.now_ms).await?;
+        }
+        let mut event_positions = Vec::with_capacity(self.events.len());
+        if !self.events.is_empty() {
+            // Serialises the writers of the event log from here to the commit
+            // (PostgreSQL), so positions become visible in commit order; see
+            // `events`. Nothing after this point waits for another lock.
+            events::lock_for_append(&mut self.tx, engine).await?;
+            for event in &self.events {
+                event_positions.push(events::insert(&mut self.tx, event, self.now_ms).await?);
+            }
+            if let Some(&last) = event_positions.last() {
+                events::notify_appended(&mut self.tx, engine, last).await?;
+            }
+        }
+
+        let UnitOfWork {
+            db,
+            tx,
+            ephemeral,
+            after_commit,
+            _writer,
+            ..
+        } = self;
+        tx.commit().await?;
+        // The next writer may start while we run the actions.
+        drop(_writer);
+
+        if !event_positions.is_empty() {
+            db.notify_committed();
+        }
+        for event in ephemeral {
+            db.publish_ephemeral(event);
+        }
+        for action in after_commit {
+            action();
+        }
+        Ok(Committed { event_positions })
+    }
+
+    /// Rolls back explicitly (dropping does the same, without waiting).
+    pub async fn rollback(self) -> Result<(), DbError> {
+        self.tx.rollback().await?;
+        Ok(())
+    }
+}

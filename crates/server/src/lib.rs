@@ -1,0 +1,34 @@
+//! `bothy-server`: the authorization point and relay of bothy terminal
+//! (spec chapter 24; DESIGN §3). It holds hosts, pairing, people, step-up,
+//! grants, terminal sessions, tokens, audit and events, and relays the
+//! end-to-end encrypted streams without reading them.
+//!
+//! # Layout
+//! - [`app`]: a server assembled from its configuration ([`app::App`]), served on a
+//!   given listener until a shutdown future completes.
+//! - [`cli`]: the sub-commands of the `bothy-server` binary (`serve`, `migrate`,
+//!   `admin ...`, `config check`); `main.rs` only calls [`cli::main`].
+//! - [`config`]: the YAML configuration, decoded strictly, with every default of
+//!   section 17 and the server keys, `BOTHY_` environment overrides, redacted output.
+//! - [`clock`]: the injected clock ([`clock::Clock`]); tests move time instead of sleeping.
+//! - [`db`]: SQLite (embedded default) or PostgreSQL through one pool, numbered
+//!   migrations per engine, and the [`db::UnitOfWork`] that commits data, audit
+//!   entries and events together and runs after-commit actions.
+//! - [`audit`]: typed audit entries (10.1) — no free text that could carry content.
+//! - [`events`]: the durable event log with monotonically increasing positions,
+//!   ephemeral events, and the log tail that hands committed events to subscribers.
+//! - [`http`]: the axum router, `application/problem+json` errors, health and
+//!   readiness, and [`http::serve`] on a given listener with a shutdown future.
+//! - [`tls`]: rustls from cert/key files, or a CA and server certificate the server
+//!   creates in its data directory on first start.
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod audit;
+pub mod cli;
+pub mod clock;
+pub mod config;
+pub mod db;
+pub mod events;
+pub mod http;
+pub mod tls;

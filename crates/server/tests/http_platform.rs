@@ -1,0 +1,115 @@
+//! The HTTP platform against the real server on port 0 over TLS, on both
+//! engines: health, readiness (also when the database is gone), problem+json for
+//! unknown routes and methods, the local CA kept across restarts, and a graceful
+//! shutdown.
+
+#![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
+
+mod support;
+
+use bothy_server::db::Engine;
+use support::both_engines;
+use support::server::TestServer;
+
+const PROBLEM_JSON: &str = "application/problem+json";
+
+async fn health_and_readiness(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let health = server
+        .client
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    assert_eq!(
+        health.json::<serde_json::Value>().await.unwrap()["status"],
+        "ok"
+    );
+    let ready = server
+        .client
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
+
+    // The database goes away: ready no longer, healthy still.
+    server.state.db().close().await;
+    let ready = server
+        .client
+        .get(server.url("/readyz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 503);
+    assert_eq!(ready.headers()["content-type"], PROBLEM_JSON);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["code"], "unavailable");
+    assert_eq!(body["status"], 503);
+    let health = server
+        .client
+        .get(server.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    server.stop().await;
+}
+
+async fn unknown_routes_and_methods_are_problems(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let missing = server
+        .client
+        .get(server.url("/api/v1/nothing"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(missing.status(), 404);
+    assert_eq!(missing.headers()["content-type"], PROBLEM_JSON);
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert_eq!(body["code"], "not_found");
+
+    let wrong = server
+        .client
+        .delete(server.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), 405);
+    let body: serde_json::Value = wrong.json().await.unwrap();
+    assert_eq!(body["code"], "method_not_allowed");
+    server.stop().await;
+}
+
+async fn restart_keeps_the_ca_and_stops_gracefully(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let ca_path = server.data_dir().join("tls/ca.pem");
+    let ca = std::fs::read(&ca_path).unwrap();
+    let base = server.base.clone();
+    let client = server.client.clone();
+    let (db, data_dir) = server.stop().await;
+    // Stopped: nothing listens any more.
+    assert!(client.get(format!("{base}/healthz")).send().await.is_err());
+
+    let again = TestServer::start_on(db, data_dir).await;
+    assert_eq!(
+        std::fs::read(&ca_path).unwrap(),
+        ca,
+        "the CA survives a restart"
+    );
+    // A client that trusted the CA before trusts the new server certificate too.
+    let health = support::server::client_trusting(&ca_path)
+        .get(again.url("/healthz"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+    again.stop().await;
+}
+
+both_engines!(
+    health_and_readiness,
+    unknown_routes_and_methods_are_problems,
+    restart_keeps_the_ca_and_stops_gracefully,
+);

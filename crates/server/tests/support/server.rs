@@ -1,0 +1,141 @@
+//! A real `bothy-server` in the test process: [`TestServer::start`] opens the
+//! configured database of one engine (a [`TestDb`]), a temporary data directory
+//! with the server's own local CA (`server.tls: auto`), and serves on
+//! 127.0.0.1 port 0 with a [`ManualClock`]. The client trusts exactly that CA —
+//! there is no way to skip verification, in tests either. Dropping the value
+//! shuts the server down; [`TestServer::stop`] waits for it.
+
+use std::sync::Arc;
+
+use bothy_server::app::{App, StartError};
+use bothy_server::clock::ManualClock;
+use bothy_server::config::Config;
+use bothy_server::db::Engine;
+use bothy_server::http::AppState;
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use super::TestDb;
+
+/// 2026-12-01T00:00:00Z, where the manual clock of a test server starts.
+pub const TEST_START_MS: i64 = 1_796_083_200_000;
+
+/// A running server.
+#[derive(Debug)]
+pub struct TestServer {
+    /// `https://localhost:<port>`.
+    pub base: String,
+    /// A client that trusts the server's CA.
+    pub client: reqwest::Client,
+    /// The server's clock.
+    pub clock: Arc<ManualClock>,
+    /// The server's state (database, configuration).
+    pub state: AppState,
+    db: Option<TestDb>,
+    data_dir: Option<tempfile::TempDir>,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), StartError>>>,
+}
+
+impl TestServer {
+    /// Starts a server on a fresh database of `engine`.
+    pub async fn start(engine: Engine) -> TestServer {
+        let db = TestDb::fresh(engine).await;
+        let data_dir = tempfile::tempdir().expect("temporary data directory");
+        TestServer::start_on(db, data_dir).await
+    }
+
+    /// Starts a server on an existing database and data directory (a restart).
+    pub async fn start_on(db: TestDb, data_dir: tempfile::TempDir) -> TestServer {
+        let yaml = format!(
+            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\ndatabase:\n  url: \"{}\"\n",
+            data_dir.path().display(),
+            db.url()
+        );
+        let config = Config::from_yaml_str(&yaml).expect("test configuration");
+        let clock = ManualClock::new(TEST_START_MS);
+        let app = App::open(config, clock.clone())
+            .await
+            .expect("server opens");
+        let ca_file = app.ca_file().expect("tls auto has a CA").to_path_buf();
+        let state = app.state().clone();
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
+        let port = listener.local_addr().expect("local address").port();
+        let (shutdown, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(app.serve(listener, async {
+            let _ = stopped.await;
+        }));
+        TestServer {
+            base: format!("https://localhost:{port}"),
+            client: client_trusting(&ca_file),
+            clock,
+            state,
+            db: Some(db),
+            data_dir: Some(data_dir),
+            shutdown: Some(shutdown),
+            task: Some(task),
+        }
+    }
+
+    /// The database (alive as long as the server).
+    pub fn db(&self) -> &TestDb {
+        self.db.as_ref().expect("present until stop")
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.data_dir.as_ref().expect("present until stop").path()
+    }
+
+    /// The URL of a path.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Shuts the server down and waits until it has stopped; returns the
+    /// database and data directory for a restart.
+    pub async fn stop(mut self) -> (TestDb, tempfile::TempDir) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("server task does not panic")
+                .expect("server stops cleanly");
+        }
+        let db = self.db.take().expect("present until stop");
+        let data_dir = self.data_dir.take().expect("present until stop");
+        (db, data_dir)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+/// A reqwest client whose only trust anchor is the CA in `ca_file`.
+pub fn client_trusting(ca_file: &std::path::Path) -> reqwest::Client {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca_file).expect("CA file") {
+        roots
+            .add(cert.expect("CA certificate"))
+            .expect("CA accepted");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .tls_backend_preconfigured(tls)
+        .build()
+        .expect("client")
+}
