@@ -68,5 +68,4 @@ fn the_target_list_matches_the_fuzz_crate() {
                 .is_file()
         );
     }
-    assert_eq!(manifest.matches("[[bin]]").count(), TARGETS.len());
 }

@@ -1,5 +1,5 @@
 //! Assembling a running server from its configuration: the data directory, the
-//! database (migrated), TLS, and the router — and serving it on a given listener
+//! database (migrated), the token pepper, TLS, and the router — and serving it on a given listener
 //! until a shutdown future completes (STYLE 9 and 10: `serve` takes the listener
 //! and the shutdown, so tests run the real server on port 0).
 
@@ -15,6 +15,7 @@ use crate::clock::SharedClock;
 use crate::config::{Config, Tls};
 use crate::db::{Db, DbError};
 use crate::http::{self, AppState};
+use crate::pepper::{Pepper, PepperError};
 use crate::tls::{self, TlsError, TlsSource};
 
 /// Why the server could not start.
@@ -32,6 +33,9 @@ pub enum StartError {
     /// The database could not be opened or migrated.
     #[error("database: {0}")]
     Db(#[from] DbError),
+    /// The token pepper file is unusable (too open, malformed, unreadable).
+    #[error("token pepper: {0}")]
+    Pepper(#[from] PepperError),
     /// TLS could not be set up.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
@@ -51,11 +55,9 @@ pub struct App {
 impl App {
     /// Opens everything the configuration names: creates the data directory
     /// (mode 0700), connects to and migrates the database, loads or creates the
-    /// TLS material.
+    /// token pepper (mode 0600) and the TLS material.
     pub async fn open(config: Config, clock: SharedClock) -> Result<App, StartError> {
-        ensure_private_dir(&config.server.data_dir)?;
-        let db = Db::connect(config.database_url().expose()).await?;
-        db.migrate().await?;
+        let Store { db, pepper } = Store::open(&config).await?;
         let source = match &config.server.tls {
             Tls::Off => TlsSource::Off,
             Tls::Auto => TlsSource::Auto {
@@ -72,7 +74,7 @@ impl App {
         };
         let server_tls = tls::server_config(&source)?;
         Ok(App {
-            state: AppState::new(config, db, clock),
+            state: AppState::new(config, db, clock, pepper),
             tls: server_tls.config,
             ca_file: server_tls.ca_file,
         })
@@ -104,6 +106,29 @@ impl App {
         let result = http::serve(listener, self.tls, router, shutdown).await;
         self.state.db().close().await;
         result.map_err(StartError::Serve)
+    }
+}
+
+/// What the server and the `admin` commands share: the migrated database and
+/// the pepper. `admin` commands open exactly this, so they work on a fresh data
+/// directory before the first `serve` and agree with it on the pepper.
+#[derive(Debug)]
+pub struct Store {
+    /// The database, migrated.
+    pub db: Db,
+    /// The token pepper, loaded or created.
+    pub pepper: Pepper,
+}
+
+impl Store {
+    /// Creates the data directory (mode 0700), connects to and migrates the
+    /// database, loads or creates the pepper.
+    pub async fn open(config: &Config) -> Result<Store, StartError> {
+        ensure_private_dir(&config.server.data_dir)?;
+        let pepper = Pepper::load_or_create(&config.token_pepper_path())?;
+        let db = Db::connect(config.database_url().expose()).await?;
+        db.migrate().await?;
+        Ok(Store { db, pepper })
     }
 }
 

@@ -123,6 +123,13 @@ code_enum! {
         SessionRevoke => "session.revoke",
         /// An API token created.
         ApiTokenCreate => "api_token.create",
+        /// An API token revoked.
+        ApiTokenRevoke => "api_token.revoke",
+        /// A group created, or a person added to or removed from one.
+        GroupManage => "group.manage",
+        /// A read of identity lists (persons, sessions, devices, tokens); audited
+        /// only when denied.
+        IdentityRead => "identity.read",
     }
 }
 

@@ -11,10 +11,13 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
-use crate::app::App;
-use crate::clock::SystemClock;
+use crate::app::{App, Store};
+use crate::clock::{Clock, SystemClock, UnixMillis};
 use crate::config::{self, Config, ConfigError};
 use crate::db::Db;
+use crate::identity::admin::{self, Enrollable};
+use crate::identity::password::PASSWORD_MIN_CHARS;
+use crate::identity::{ConflictReason, IdentityError};
 
 /// Exit code of an invalid configuration (sysexits EX_CONFIG).
 pub const EXIT_CONFIG: u8 = 78;
@@ -44,9 +47,36 @@ enum Command {
     Serve,
     /// Apply the database migrations and exit.
     Migrate,
+    /// Administer persons on the configured database (works while `serve` runs).
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Work with the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum AdminCommand {
+    /// Create the first owner and print a one-time enrollment code. Refused once
+    /// any owner exists: an operator who lost access uses reset-second-factor.
+    Bootstrap {
+        /// The owner's username (letters, digits, `.`, `_`, `-`; case-insensitive).
+        #[arg(long, value_name = "NAME")]
+        username: String,
+    },
+    /// Remove a person's TOTP credential, end their login sessions and print a
+    /// new enrollment code, with which they set a password and TOTP again.
+    ResetSecondFactor {
+        /// The person's username.
+        #[arg(long, value_name = "NAME")]
+        username: String,
+    },
+    /// Disable a person and end their login sessions.
+    Disable {
+        /// The person's username.
+        #[arg(long, value_name = "NAME")]
+        username: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -106,6 +136,9 @@ fn try_main(cli: Cli) -> Result<(), CliError> {
         }
         Command::Serve => runtime()?.block_on(serve(config)).map_err(CliError::from),
         Command::Migrate => runtime()?.block_on(migrate(config)).map_err(CliError::from),
+        Command::Admin(command) => runtime()?
+            .block_on(admin(config, command))
+            .map_err(CliError::from),
     }
 }
 
@@ -121,6 +154,107 @@ async fn migrate(config: Config) -> anyhow::Result<()> {
     db.close().await;
     println!("database migrated ({})", config.database_url().redacted());
     Ok(())
+}
+
+async fn admin(config: Config, command: AdminCommand) -> anyhow::Result<()> {
+    let Store { db, pepper } = Store::open(&config).await?;
+    let now = SystemClock.now_ms();
+    let auth = &config.auth;
+    let result = match &command {
+        AdminCommand::Bootstrap { username } => admin::bootstrap(&db, &pepper, auth, now, username)
+            .await
+            .map(|owner| {
+                println!(
+                    "Created the owner {} (person {}).",
+                    owner.person.username, owner.person.id
+                );
+                print_code(&config, &owner);
+            }),
+        AdminCommand::ResetSecondFactor { username } => {
+            admin::reset_second_factor(&db, &pepper, auth, now, username)
+                .await
+                .map(|reset| {
+                    println!(
+                        "Removed the TOTP credential of {} and ended {} login session(s).",
+                        reset.person.username,
+                        reset.sessions_ended.len()
+                    );
+                    print_code(&config, &reset);
+                })
+        }
+        AdminCommand::Disable { username } => {
+            admin::disable(&db, now, username).await.map(|done| {
+                let verb = if done.changed {
+                    "Disabled"
+                } else {
+                    "Already disabled:"
+                };
+                println!(
+                    "{verb} {}; {} login session(s) ended.",
+                    done.person.username,
+                    done.sessions_ended.len()
+                );
+            })
+        }
+    };
+    db.close().await;
+    result.map_err(|error| admin_error(error, &command))
+}
+
+/// The code block of `bootstrap` and `reset-second-factor`, with the next step.
+fn print_code(config: &Config, enrollable: &Enrollable) {
+    let base = config.server.public_url.as_str().trim_end_matches('/');
+    let name = &enrollable.person.username;
+    println!();
+    println!(
+        "One-time enrollment code for {name} (shown only now, single use, valid until {}):",
+        rfc3339(enrollable.issued.expires_at)
+    );
+    println!();
+    println!("    {}", enrollable.issued.code.expose());
+    println!();
+    println!("Next step for {name}, before the code expires:");
+    println!(
+        "  1. POST {base}/api/v1/auth/enroll with {{\"code\": <the code>, \"password\": <at least {PASSWORD_MIN_CHARS} characters>}};"
+    );
+    println!("     add the otpauth:// URI of the answer to an authenticator app.");
+    println!(
+        "  2. POST {base}/api/v1/auth/enroll/confirm with {{\"code\": <the code>, \"totp\": <the app's current 6-digit code>}}."
+    );
+    println!("Then log in with POST {base}/api/v1/auth/login.");
+}
+
+fn rfc3339(ms: UnixMillis) -> String {
+    let at =
+        std::time::UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// An operator-facing message for a refused admin command.
+fn admin_error(error: IdentityError, command: &AdminCommand) -> anyhow::Error {
+    let username = match command {
+        AdminCommand::Bootstrap { username }
+        | AdminCommand::ResetSecondFactor { username }
+        | AdminCommand::Disable { username } => username,
+    };
+    match error {
+        IdentityError::Conflict(ConflictReason::OwnerExists) => anyhow::anyhow!(
+            "an owner exists already; bootstrap runs only once. An operator who lost access runs \
+             `bothy-server admin reset-second-factor --username NAME`"
+        ),
+        IdentityError::Conflict(ConflictReason::UsernameTaken) => {
+            anyhow::anyhow!("the username {username:?} is taken")
+        }
+        IdentityError::NotFound => anyhow::anyhow!("no person has the username {username:?}"),
+        IdentityError::Invalid(invalid) if invalid.code == "invalid_username" => anyhow::anyhow!(
+            "{username:?} is not a valid username: 1 to 32 characters, ASCII letters, digits, \
+             '.', '_' and '-', starting with a letter"
+        ),
+        IdentityError::Invalid(invalid) if invalid.code == "person_not_active" => {
+            anyhow::anyhow!("the person {username:?} is not active")
+        }
+        other => anyhow::Error::new(other),
+    }
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {

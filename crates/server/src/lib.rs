@@ -18,7 +18,13 @@
 //! - [`events`]: the durable event log with monotonically increasing positions,
 //!   ephemeral events, and the log tail that hands committed events to subscribers.
 //! - [`http`]: the axum router, `application/problem+json` errors, health and
-//!   readiness, and [`http::serve`] on a given listener with a shutdown future.
+//!   readiness, the REST routes, and [`http::serve`] on a given listener with a
+//!   shutdown future.
+//! - [`identity`]: principals (person, agent, app), groups, enrollment, argon2id
+//!   passwords, TOTP, login sessions and devices, step-up, API tokens, and the
+//!   bearer [`identity::principal::Principal`] (DESIGN 3.1).
+//! - [`pepper`]: the server pepper, the key of every stored token and code HMAC.
+//! - [`ratelimit`]: token buckets per key on the injected clock (`rl.*`).
 //! - [`tls`]: rustls from cert/key files, or a CA and server certificate the server
 //!   creates in its data directory on first start.
 #![forbid(unsafe_code)]
@@ -31,4 +37,7 @@ pub mod config;
 pub mod db;
 pub mod events;
 pub mod http;
+pub mod identity;
+pub mod pepper;
+pub mod ratelimit;
 pub mod tls;

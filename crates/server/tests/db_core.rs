@@ -300,25 +300,27 @@ async fn failed_migration_leaves_the_database_as_before(engine: Engine) {
 async fn changed_or_unknown_migrations_are_refused(engine: Engine) {
     let t = TestDb::new(engine).await;
     // Append-only: an applied file whose text changed is refused.
-    let mut changed = embedded_migrations(engine)[0];
-    changed.sql = "CREATE TABLE something_else (x BIGINT);";
-    let error = t.db.migrate_with(&[changed]).await.unwrap_err();
+    let mut changed = embedded_migrations(engine).to_vec();
+    changed[0].sql = "CREATE TABLE something_else (x BIGINT);";
+    let error = t.db.migrate_with(&changed).await.unwrap_err();
     assert!(
         matches!(error, DbError::Migrate(MigrateError::VersionMismatch(1))),
         "{error:?}"
     );
     // A database migrated by a newer binary is refused by an older one.
+    let embedded = embedded_migrations(engine);
+    let future_version = i64::try_from(embedded.len()).unwrap() + 1;
     let newer = MigrationFile {
-        version: 2,
+        version: future_version,
         description: "from the future",
         sql: "CREATE TABLE future (x BIGINT);",
     };
-    t.db.migrate_with(&[embedded_migrations(engine)[0], newer])
-        .await
-        .unwrap();
+    let mut all = embedded.to_vec();
+    all.push(newer);
+    t.db.migrate_with(&all).await.unwrap();
     let error = t.db.migrate().await.unwrap_err();
     assert!(
-        matches!(error, DbError::Migrate(MigrateError::VersionMissing(2))),
+        matches!(error, DbError::Migrate(MigrateError::VersionMissing(v)) if v == future_version),
         "{error:?}"
     );
 }

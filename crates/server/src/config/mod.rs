@@ -87,6 +87,8 @@ mod decode;
 mod effective;
 mod env;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod schema;
 mod values;
 mod yaml;
@@ -499,6 +501,13 @@ impl Config {
             Some(path) => path.clone(),
             None => self.server.data_dir.join(TOKEN_PEPPER_FILE_NAME),
         }
+    }
+
+    /// Every key of the configuration in dotted form, in schema order (for the
+    /// configuration reference in `docs/configuration.md`, which a test keeps
+    /// complete).
+    pub fn keys() -> Vec<String> {
+        schema::value_keys()
     }
 
     /// The effective configuration as YAML, for `bothy-server config check`:

@@ -142,7 +142,6 @@ pub(crate) fn members(key: &Key) -> &'static [Key] {
 
 /// Every key that holds a value of its own, in file order, dotted
 /// (`terminal.pairing_code_ttl`); `server.tls` is listed with its members.
-#[cfg(test)]
 pub(crate) fn value_keys() -> Vec<String> {
     fn walk(prefix: &str, keys: &[Key], out: &mut Vec<String>) {
         for key in keys {

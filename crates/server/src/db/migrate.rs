@@ -29,17 +29,31 @@ pub struct MigrationFile {
     pub sql: &'static str,
 }
 
-const SQLITE: &[MigrationFile] = &[MigrationFile {
-    version: 1,
-    description: "audit events idempotency keys",
-    sql: include_str!("../../migrations/sqlite/0001_audit_events_idempotency_keys.sql"),
-}];
+const SQLITE: &[MigrationFile] = &[
+    MigrationFile {
+        version: 1,
+        description: "audit events idempotency keys",
+        sql: include_str!("../../migrations/sqlite/0001_audit_events_idempotency_keys.sql"),
+    },
+    MigrationFile {
+        version: 2,
+        description: "identity",
+        sql: include_str!("../../migrations/sqlite/0002_identity.sql"),
+    },
+];
 
-const POSTGRES: &[MigrationFile] = &[MigrationFile {
-    version: 1,
-    description: "audit events idempotency keys",
-    sql: include_str!("../../migrations/postgres/0001_audit_events_idempotency_keys.sql"),
-}];
+const POSTGRES: &[MigrationFile] = &[
+    MigrationFile {
+        version: 1,
+        description: "audit events idempotency keys",
+        sql: include_str!("../../migrations/postgres/0001_audit_events_idempotency_keys.sql"),
+    },
+    MigrationFile {
+        version: 2,
+        description: "identity",
+        sql: include_str!("../../migrations/postgres/0002_identity.sql"),
+    },
+];
 
 /// The embedded migrations of an engine, in version order.
 pub fn embedded_migrations(engine: Engine) -> &'static [MigrationFile] {

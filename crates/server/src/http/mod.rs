@@ -5,12 +5,19 @@
 //! Layout:
 //! - [`problem`]: [`ApiError`] and the problem codes.
 //! - [`health`]: `/healthz`, `/readyz`.
+//! - [`idempotency`]: `Idempotency-Key`: stored responses replayed, reuse refused.
+//! - [`precondition`]: `ETag` from a version and the `If-Match` check.
+//! - [`routes`]: the REST routes under `/api/v1` (auth, persons, devices, tokens).
 //! - [`serve`](mod@serve): the accept loop.
 
 pub mod health;
+pub mod idempotency;
+pub mod precondition;
 pub mod problem;
+pub mod routes;
 pub mod serve;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -22,9 +29,11 @@ pub use serve::serve;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::Db;
+use crate::pepper::Pepper;
+use crate::ratelimit::RateLimiter;
 
-/// What every handler can reach: the configuration, the database and the clock.
-/// Cheap to clone (one `Arc`).
+/// What every handler can reach: the configuration, the database, the clock,
+/// the pepper and the rate limits. Cheap to clone (one `Arc`).
 #[derive(Clone, Debug)]
 pub struct AppState {
     inner: Arc<AppInner>,
@@ -35,13 +44,26 @@ struct AppInner {
     config: Config,
     db: Db,
     clock: SharedClock,
+    /// The HMAC key of stored tokens and codes (redacted in `Debug`).
+    pepper: Pepper,
+    /// `rl.public_auth` per client address: failed logins, enrollments and
+    /// step-ups (identity). In memory, per process: several nodes each count
+    /// their own share, which only loosens the limit by the number of nodes.
+    public_auth: RateLimiter<IpAddr>,
 }
 
 impl AppState {
     /// Bundles what the handlers need.
-    pub fn new(config: Config, db: Db, clock: SharedClock) -> Self {
+    pub fn new(config: Config, db: Db, clock: SharedClock, pepper: Pepper) -> Self {
+        let public_auth = RateLimiter::new(config.rl.public_auth);
         AppState {
-            inner: Arc::new(AppInner { config, db, clock }),
+            inner: Arc::new(AppInner {
+                config,
+                db,
+                clock,
+                pepper,
+                public_auth,
+            }),
         }
     }
 
@@ -59,6 +81,16 @@ impl AppState {
     pub fn clock(&self) -> &SharedClock {
         &self.inner.clock
     }
+
+    /// The pepper.
+    pub fn pepper(&self) -> &Pepper {
+        &self.inner.pepper
+    }
+
+    /// The `rl.public_auth` buckets, by client address.
+    pub fn public_auth_limit(&self) -> &RateLimiter<IpAddr> {
+        &self.inner.public_auth
+    }
 }
 
 /// The whole API.
@@ -66,6 +98,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .merge(routes::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)

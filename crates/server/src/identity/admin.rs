@@ -1,0 +1,239 @@
+//! What `bothy-server admin ...` does, as library functions (the CLI only
+//! prints), plus the owner's invitation, which issues codes the same way.
+//! Operator actions are audited with actor `system`.
+//!
+//! - [`bootstrap`] (`admin bootstrap --username NAME`): the first owner and a
+//!   one-time enrollment code. Refused once any owner exists (not deleted): an
+//!   operator who lost access uses [`reset_second_factor`] instead, so bootstrap
+//!   can never mint a second way in.
+//! - [`reset_second_factor`] (`admin reset-second-factor --username NAME`):
+//!   removes the person's TOTP credentials, ends their login sessions
+//!   (`session_revoked`) and issues a new enrollment code; enrolling with it sets
+//!   a password and a TOTP secret again.
+//! - [`disable`] (`admin disable --username NAME`): status `disabled`, login
+//!   sessions ended (`user_disabled`).
+//! - [`invite`] (`POST /api/v1/persons`, owners): a person and their code.
+
+use uuid::Uuid;
+
+use super::enrollment::{self, EnrollmentPurpose, IssuedCode};
+use super::login_sessions::{self, EndReason, Ending};
+use super::persons::{self, Person, Username};
+use super::principal::PersonPrincipal;
+use super::{ConflictReason, IdentityError, PersonStatus, Role, count, deny};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind};
+use crate::clock::UnixMillis;
+use crate::config::AuthConfig;
+use crate::db::{Db, Engine, UnitOfWork};
+use crate::pepper::Pepper;
+
+/// The key of the PostgreSQL advisory lock that serialises bootstraps (ASCII
+/// `bothyboo`); SQLite serialises every unit of work anyway.
+const BOOTSTRAP_LOCK_KEY: i64 = 0x626f_7468_7962_6f6f;
+
+/// A person and their new enrollment code.
+#[derive(Debug)]
+pub struct Enrollable {
+    /// The person.
+    pub person: Person,
+    /// The code; show it once.
+    pub issued: IssuedCode,
+    /// Login sessions this ended (reset only).
+    pub sessions_ended: Vec<Uuid>,
+}
+
+fn username(text: &str) -> Result<Username, IdentityError> {
+    Username::parse(text).ok_or_else(|| IdentityError::invalid("/username", "invalid_username"))
+}
+
+async fn person_named(uow: &mut UnitOfWork, name: &Username) -> Result<Person, IdentityError> {
+    persons::find_by_username(uow.conn(), name)
+        .await?
+        .ok_or(IdentityError::NotFound)
+}
+
+async fn reload(uow: &mut UnitOfWork, id: Uuid) -> Result<Person, IdentityError> {
+    persons::get(uow.conn(), id)
+        .await?
+        .ok_or(IdentityError::Stored("persons row"))
+}
+
+/// Creates the first owner; see the module docs.
+pub async fn bootstrap(
+    db: &Db,
+    pepper: &Pepper,
+    auth: &AuthConfig,
+    now: UnixMillis,
+    name: &str,
+) -> Result<Enrollable, IdentityError> {
+    let name = username(name)?;
+    let mut uow = db.begin(now).await?;
+    if uow.engine() == Engine::Postgres {
+        // Two bootstraps at once must not both see "no owner" (read committed).
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(BOOTSTRAP_LOCK_KEY)
+            .execute(uow.conn())
+            .await
+            .map_err(crate::db::DbError::from)?;
+    }
+    if persons::owner_exists(uow.conn()).await? {
+        let entry = AuditEntry::deny(AuditAction::PersonInvite, Actor::System).details(
+            AuditDetails::new()
+                .code("operation", EnrollmentPurpose::Bootstrap)
+                .code("reason_code", ConflictReason::OwnerExists),
+        );
+        return Err(deny(
+            uow,
+            entry,
+            IdentityError::Conflict(ConflictReason::OwnerExists),
+        )
+        .await);
+    }
+    let id = persons::create(&mut uow, &name, Role::Owner).await?;
+    let issued =
+        enrollment::issue(&mut uow, pepper, auth, id, EnrollmentPurpose::Bootstrap).await?;
+    uow.audit(
+        AuditEntry::allow(AuditAction::PersonInvite, Actor::System)
+            .target(TargetKind::Person, id)
+            .details(
+                AuditDetails::new()
+                    .code("operation", EnrollmentPurpose::Bootstrap)
+                    .code("role", Role::Owner),
+            ),
+    );
+    let person = reload(&mut uow, id).await?;
+    uow.commit().await?;
+    Ok(Enrollable {
+        person,
+        issued,
+        sessions_ended: Vec::new(),
+    })
+}
+
+/// `POST /api/v1/persons`: an owner invites a person (the caller checked the
+/// role).
+pub async fn invite(
+    db: &Db,
+    pepper: &Pepper,
+    auth: &AuthConfig,
+    now: UnixMillis,
+    actor: &PersonPrincipal,
+    name: &Username,
+    role: Role,
+) -> Result<Enrollable, IdentityError> {
+    let mut uow = db.begin(now).await?;
+    let id = persons::create(&mut uow, name, role).await?;
+    let issued = enrollment::issue(&mut uow, pepper, auth, id, EnrollmentPurpose::Invite).await?;
+    uow.audit(
+        AuditEntry::allow(AuditAction::PersonInvite, actor.actor())
+            .target(TargetKind::Person, id)
+            .details(
+                AuditDetails::new()
+                    .code("operation", EnrollmentPurpose::Invite)
+                    .code("role", role),
+            ),
+    );
+    let person = reload(&mut uow, id).await?;
+    uow.commit().await?;
+    Ok(Enrollable {
+        person,
+        issued,
+        sessions_ended: Vec::new(),
+    })
+}
+
+/// Resets a person's second factor; see the module docs. A disabled or
+/// deleted person is refused (`PersonInactive` is not theirs to lift here).
+pub async fn reset_second_factor(
+    db: &Db,
+    pepper: &Pepper,
+    auth: &AuthConfig,
+    now: UnixMillis,
+    name: &str,
+) -> Result<Enrollable, IdentityError> {
+    let name = username(name)?;
+    let mut uow = db.begin(now).await?;
+    let person = person_named(&mut uow, &name).await?;
+    if person.status != PersonStatus::Active {
+        return Err(IdentityError::invalid("/username", "person_not_active"));
+    }
+    let removed = sqlx::query("DELETE FROM totp_credentials WHERE person_id = $1")
+        .bind(crate::db::id_text(&person.id))
+        .execute(uow.conn())
+        .await
+        .map_err(crate::db::DbError::from)?
+        .rows_affected();
+    let sessions_ended = login_sessions::end(
+        &mut uow,
+        Ending::Person(person.id),
+        EndReason::SessionRevoked,
+    )
+    .await?;
+    let issued = enrollment::issue(
+        &mut uow,
+        pepper,
+        auth,
+        person.id,
+        EnrollmentPurpose::ResetSecondFactor,
+    )
+    .await?;
+    uow.audit(
+        AuditEntry::allow(AuditAction::PersonResetSecondFactor, Actor::System)
+            .target(TargetKind::Person, person.id)
+            .details(
+                AuditDetails::new()
+                    .count(
+                        "credentials_removed",
+                        i64::try_from(removed).unwrap_or(i64::MAX),
+                    )
+                    .count("sessions_ended", count(&sessions_ended)),
+            ),
+    );
+    let person = reload(&mut uow, person.id).await?;
+    uow.commit().await?;
+    Ok(Enrollable {
+        person,
+        issued,
+        sessions_ended,
+    })
+}
+
+/// The outcome of [`disable`].
+#[derive(Debug)]
+pub struct Disabled {
+    /// The person.
+    pub person: Person,
+    /// Whether the status changed (false: disabled already).
+    pub changed: bool,
+    /// Login sessions this ended.
+    pub sessions_ended: Vec<Uuid>,
+}
+
+/// Disables a person; see the module docs.
+pub async fn disable(db: &Db, now: UnixMillis, name: &str) -> Result<Disabled, IdentityError> {
+    let name = username(name)?;
+    let mut uow = db.begin(now).await?;
+    let person = person_named(&mut uow, &name).await?;
+    if person.status == PersonStatus::Deleted {
+        return Err(IdentityError::invalid("/username", "person_not_active"));
+    }
+    let changed = persons::set_status(&mut uow, person.id, PersonStatus::Disabled).await?;
+    let sessions_ended =
+        login_sessions::end(&mut uow, Ending::Person(person.id), EndReason::UserDisabled).await?;
+    uow.audit(
+        AuditEntry::allow(AuditAction::PersonDisable, Actor::System)
+            .target(TargetKind::Person, person.id)
+            .details(
+                AuditDetails::new()
+                    .count("sessions_ended", count(&sessions_ended))
+                    .flag("no_change", !changed),
+            ),
+    );
+    let person = reload(&mut uow, person.id).await?;
+    uow.commit().await?;
+    Ok(Disabled {
+        person,
+        changed,
+        sessions_ended,
+    })
+}

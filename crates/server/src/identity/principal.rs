@@ -1,0 +1,229 @@
+//! The authenticated principal of a request (DESIGN 3.1, 3.4): `Authorization:
+//! Bearer <token>` with an access token (`bothy_at_`, a person in a login
+//! session on a device) or an API token (`bothy_tk_`, an agent or app).
+//!
+//! [`Principal`] is an axum extractor: a handler that takes one gets only
+//! authenticated requests; a missing, malformed, unknown, expired, ended or
+//! revoked credential is `401 unauthenticated`, always the same body. The token
+//! is looked up on every request, so an end or revocation takes effect at once.
+//!
+//! Checks that the terminal module and the routes call:
+//! - [`Principal::require_person`]: agents and apps never open a terminal (8.2,
+//!   TM-T17): `403 forbidden` with `reason: subject_kind_not_allowed` and a deny
+//!   entry in the audit for the action they tried.
+//! - [`PersonPrincipal::require_owner`]: `403 forbidden` with `reason:
+//!   owner_required`, audited the same way.
+
+use axum::extract::FromRequestParts;
+use axum::http::header::AUTHORIZATION;
+use axum::http::request::Parts;
+use uuid::Uuid;
+
+use super::login_sessions::{self, ClientComponent};
+use super::opaque::{OpaqueSecret, SecretKind};
+use super::persons::Username;
+use super::{AuthFailure, ForbiddenReason, IdentityError, PrincipalKind, Role, api_tokens, deny};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry};
+use crate::clock::UnixMillis;
+use crate::db::{self, Db, DbError};
+use crate::http::{ApiError, AppState};
+use crate::pepper::Pepper;
+
+/// A person in a login session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PersonPrincipal {
+    /// The person's principal ID.
+    pub person_id: Uuid,
+    /// Their username.
+    pub username: Username,
+    /// Owner or member.
+    pub role: Role,
+    /// The login session of the access token.
+    pub login_session_id: Uuid,
+    /// The device of the login session (CLI; none for the console).
+    pub device_id: Option<Uuid>,
+    /// CLI or console.
+    pub client_component: ClientComponent,
+    /// When the login session expires.
+    pub expires_at: UnixMillis,
+}
+
+impl PersonPrincipal {
+    /// The audit actor.
+    pub fn actor(&self) -> Actor {
+        Actor::Person(self.person_id)
+    }
+
+    /// Whether the person is an owner.
+    pub fn is_owner(&self) -> bool {
+        self.role == Role::Owner
+    }
+
+    /// Refuses a member with `403 forbidden` (`owner_required`) and a deny entry
+    /// for `action`.
+    pub async fn require_owner(
+        &self,
+        db: &Db,
+        now: UnixMillis,
+        action: AuditAction,
+    ) -> Result<(), IdentityError> {
+        if self.is_owner() {
+            return Ok(());
+        }
+        let entry = AuditEntry::deny(action, self.actor())
+            .details(AuditDetails::new().code("reason_code", AuthFailure::OwnerRequired));
+        Err(deny(
+            db.begin(now).await?,
+            entry,
+            IdentityError::Forbidden(ForbiddenReason::OwnerRequired),
+        )
+        .await)
+    }
+}
+
+/// An agent or app with an API token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicePrincipal {
+    /// The principal ID.
+    pub principal_id: Uuid,
+    /// Agent or app.
+    pub kind: PrincipalKind,
+    /// The name the owner gave it.
+    pub name: String,
+    /// The token used.
+    pub token_id: Uuid,
+}
+
+/// Who made the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Principal {
+    /// A person.
+    Person(PersonPrincipal),
+    /// An agent or app.
+    Service(ServicePrincipal),
+}
+
+impl Principal {
+    /// The principal ID.
+    pub fn id(&self) -> Uuid {
+        match self {
+            Principal::Person(person) => person.person_id,
+            Principal::Service(service) => service.principal_id,
+        }
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> PrincipalKind {
+        match self {
+            Principal::Person(_) => PrincipalKind::Person,
+            Principal::Service(service) => service.kind,
+        }
+    }
+
+    /// The audit actor.
+    pub fn actor(&self) -> Actor {
+        match self {
+            Principal::Person(person) => person.actor(),
+            Principal::Service(service) => match service.kind {
+                PrincipalKind::App => Actor::App(service.principal_id),
+                _ => Actor::Agent(service.principal_id),
+            },
+        }
+    }
+
+    /// The person, or `403 forbidden` (`subject_kind_not_allowed`) with a deny
+    /// entry for `action` — the one check of 8.2 "agents and apps never open a
+    /// terminal", also used by every person-only route.
+    pub async fn require_person(
+        &self,
+        db: &Db,
+        now: UnixMillis,
+        action: AuditAction,
+    ) -> Result<&PersonPrincipal, IdentityError> {
+        match self {
+            Principal::Person(person) => Ok(person),
+            Principal::Service(_) => {
+                let entry = AuditEntry::deny(action, self.actor()).details(
+                    AuditDetails::new().code("reason_code", AuthFailure::SubjectKindNotAllowed),
+                );
+                Err(deny(
+                    db.begin(now).await?,
+                    entry,
+                    IdentityError::Forbidden(ForbiddenReason::SubjectKindNotAllowed),
+                )
+                .await)
+            }
+        }
+    }
+
+    /// The JSON of `GET /api/v1/auth/session`.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            Principal::Person(person) => serde_json::json!({
+                "principal_id": db::id_text(&person.person_id),
+                "kind": PrincipalKind::Person.as_str(),
+                "username": person.username.as_str(),
+                "role": person.role.as_str(),
+                "login_session_id": db::id_text(&person.login_session_id),
+                "device_id": person.device_id.map(|id| db::id_text(&id)),
+                "client_component": person.client_component.as_str(),
+                "expires_at": person.expires_at,
+            }),
+            Principal::Service(service) => serde_json::json!({
+                "principal_id": db::id_text(&service.principal_id),
+                "kind": service.kind.as_str(),
+                "name": service.name,
+                "token_id": db::id_text(&service.token_id),
+            }),
+        }
+    }
+}
+
+/// Authenticates a bearer token value at `now`.
+pub async fn authenticate(
+    db: &Db,
+    pepper: &Pepper,
+    token: &str,
+    now: UnixMillis,
+) -> Result<Option<Principal>, IdentityError> {
+    if let Some(token) = OpaqueSecret::parse(SecretKind::AccessToken, token) {
+        let mut conn = db.pool().acquire().await.map_err(DbError::from)?;
+        return Ok(login_sessions::authenticate(&mut conn, pepper, &token, now)
+            .await?
+            .map(Principal::Person));
+    }
+    if let Some(token) = OpaqueSecret::parse(SecretKind::ApiToken, token) {
+        let mut conn = db.pool().acquire().await.map_err(DbError::from)?;
+        return Ok(api_tokens::authenticate(&mut conn, pepper, &token, now)
+            .await?
+            .map(Principal::Service));
+    }
+    Ok(None)
+}
+
+/// The token of `Authorization: Bearer <token>` (scheme case-insensitive).
+fn bearer(parts: &Parts) -> Option<&str> {
+    let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+}
+
+impl FromRequestParts<AppState> for Principal {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
+        let unauthenticated =
+            || ApiError::from(IdentityError::Unauthenticated(AuthFailure::TokenInvalid));
+        let Some(token) = bearer(parts) else {
+            return Err(unauthenticated());
+        };
+        let now = state.clock().now_ms();
+        match authenticate(state.db(), state.pepper(), token, now).await? {
+            Some(principal) => Ok(principal),
+            None => Err(unauthenticated()),
+        }
+    }
+}
