@@ -113,8 +113,13 @@ pub fn main() -> ExitCode {
 fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_env(config::LOG_FILTER_ENV)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only on a terminal, and never with NO_COLOR set: logs that go to a
+    // file or the journal stay plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .init();
 }
@@ -269,6 +274,14 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             "clients trust this CA: point SSL_CERT_FILE of bothy-host and bothy at it"
         );
     }
+    let mut conn = app.state().db().pool().acquire().await?;
+    if !crate::identity::persons::owner_exists(&mut conn).await? {
+        tracing::info!(
+            "no owner yet: run `bothy-server admin bootstrap --username NAME` with the same \
+             configuration to create the first owner; it prints a one-time enrollment code"
+        );
+    }
+    drop(conn);
     app.serve(listener, shutdown_signal()).await?;
     tracing::info!("stopped");
     Ok(())

@@ -95,3 +95,74 @@ fn unknown_command_is_a_usage_error() {
     let out = bothy_server(&["no-such-command"], &[]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// A newcomer's first start: `serve` on the SQLite default in an empty data
+/// directory creates the database, the CA and the pepper, listens, says
+/// how to bootstrap the first owner, and stops cleanly on SIGTERM.
+#[test]
+fn serve_on_the_sqlite_default_tells_how_to_bootstrap_and_stops_on_sigterm() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bothy-server"))
+        .arg("serve")
+        .env_clear()
+        .env("HOME", dir.path())
+        .env("BOTHY_SERVER__DATA_DIR", &data_dir)
+        .env("BOTHY_SERVER__LISTEN", "127.0.0.1:0")
+        .env("BOTHY_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (lines_tx, lines) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    let mut address = None;
+    let mut told_bootstrap = false;
+    while !(told_bootstrap && address.is_some()) {
+        // A safety net against a hang, not a timing assumption.
+        let line = lines
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| {
+                let _ = child.kill();
+                panic!("serve did not start: {seen:#?}")
+            });
+        if line.contains("listening") {
+            address = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("address="))
+                .map(str::to_owned);
+        }
+        told_bootstrap |= line.contains("admin bootstrap --username NAME");
+        seen.push(line);
+    }
+    assert!(data_dir.join("bothy.sqlite").is_file());
+    assert!(data_dir.join("tls/ca.pem").is_file());
+    assert!(data_dir.join("token_pepper").is_file());
+
+    // SIGTERM: a clean stop with exit status 0.
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}: {seen:#?}");
+    let rest: Vec<String> = lines.try_iter().collect();
+    assert!(rest.iter().any(|l| l.contains("stopped")), "{rest:#?}");
+}
