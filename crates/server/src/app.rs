@@ -1,7 +1,17 @@
 //! Assembling a running server from its configuration: the data directory, the
-//! database (migrated), the token pepper, TLS, and the router — and serving it on a given listener
-//! until a shutdown future completes (STYLE 9 and 10: `serve` takes the listener
-//! and the shutdown, so tests run the real server on port 0).
+//! database (migrated), the token pepper, TLS, the event log tail, and the router —
+//! and serving it on a given listener until a shutdown future completes (STYLE 9
+//! and 10: `serve` takes the listener and the shutdown, so tests run the real
+//! server on port 0).
+//!
+//! # Stopping
+//! When the shutdown future completes, [`App::serve`] triggers the one
+//! [`Shutdown`]: the accept loop stops and drains the HTTP connections, every
+//! WebSocket task closes its socket with 4013 `server_shutdown`, and the log tail
+//! (started in [`App::open`] on the same signal) stops. `serve` then waits for
+//! the WebSocket tasks as long as one task's goodbye may take
+//! (`gateway.write_timeout` for the close frame plus [`CLOSE_ANSWER_WAIT`] for
+//! the answer), then for the tail task, and closes the database last.
 
 use std::fs;
 use std::future::Future;
@@ -10,12 +20,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
 
 use crate::clock::SharedClock;
 use crate::config::{Config, Tls};
 use crate::db::{Db, DbError};
+use crate::events::{EventsError, LogTail, TailConfig};
 use crate::http::{self, AppState};
 use crate::pepper::{Pepper, PepperError};
+use crate::shutdown::{CLOSE_ANSWER_WAIT, Shutdown};
 use crate::tls::{self, TlsError, TlsSource};
 
 /// Why the server could not start.
@@ -39,23 +52,33 @@ pub enum StartError {
     /// TLS could not be set up.
     #[error("TLS: {0}")]
     Tls(#[from] TlsError),
+    /// The event log tail could not start (it reads the log's end first).
+    #[error("event log: {0}")]
+    Events(#[from] EventsError),
     /// Serving failed.
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
 }
 
-/// A server ready to serve: database open and migrated, TLS loaded.
+/// A server ready to serve: database open and migrated, TLS loaded, the log
+/// tail running.
 #[derive(Debug)]
 pub struct App {
     state: AppState,
     tls: Option<Arc<rustls::ServerConfig>>,
     ca_file: Option<PathBuf>,
+    /// The trigger of the server's shutdown; dropping an `App` that never
+    /// served drops it too, which stops the tail as well.
+    shutdown: Shutdown,
+    /// The log tail's task, awaited by [`App::serve`] before it returns.
+    tail_task: JoinHandle<()>,
 }
 
 impl App {
     /// Opens everything the configuration names: creates the data directory
     /// (mode 0700), connects to and migrates the database, loads or creates the
-    /// token pepper (mode 0600) and the TLS material.
+    /// token pepper (mode 0600) and the TLS material, and starts the event log
+    /// tail on the server's shutdown signal.
     pub async fn open(config: Config, clock: SharedClock) -> Result<App, StartError> {
         let Store { db, pepper } = Store::open(&config).await?;
         let source = match &config.server.tls {
@@ -73,10 +96,19 @@ impl App {
             },
         };
         let server_tls = tls::server_config(&source)?;
+        let shutdown = Shutdown::new();
+        let tail_config = TailConfig {
+            listen_reconnect_backoff_cap: config.database.listen_reconnect_backoff_cap,
+            ..TailConfig::default()
+        };
+        let (events, tail_task) =
+            LogTail::start(db.clone(), tail_config, shutdown.listener().watch()).await?;
         Ok(App {
-            state: AppState::new(config, db, clock, pepper),
+            state: AppState::new(config, db, clock, pepper, events, shutdown.listener()),
             tls: server_tls.config,
             ca_file: server_tls.ca_file,
+            shutdown,
+            tail_task,
         })
     }
 
@@ -95,16 +127,45 @@ impl App {
         &self.state
     }
 
-    /// Serves on `listener` until `shutdown` completes, then drains and closes
-    /// the database.
+    /// Serves on `listener` until `shutdown` completes, then stops as the
+    /// module documentation says: HTTP connections and WebSocket tasks drain,
+    /// the log tail stops, the database closes.
     pub async fn serve(
         self,
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), StartError> {
-        let router = http::router(self.state.clone());
-        let result = http::serve(listener, self.tls, router, shutdown).await;
-        self.state.db().close().await;
+        let App {
+            state,
+            tls,
+            shutdown: trigger,
+            tail_task,
+            ..
+        } = self;
+        let router = http::router(state.clone());
+        // The accept loop stops on the same future that tells every WebSocket
+        // task and the tail, so they drain side by side.
+        let stopping = async {
+            shutdown.await;
+            trigger.trigger();
+        };
+        let result = http::serve(listener, tls, router, stopping).await;
+        // Also when serving failed before the shutdown future completed.
+        trigger.trigger();
+        let goodbye = state.config().gateway.write_timeout + CLOSE_ANSWER_WAIT;
+        if tokio::time::timeout(goodbye, trigger.drained())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                open = trigger.tracked(),
+                "WebSocket tasks still running after the drain timeout; stopping anyway"
+            );
+        }
+        if let Err(error) = tail_task.await {
+            tracing::error!(%error, "the event log tail task failed");
+        }
+        state.db().close().await;
         result.map_err(StartError::Serve)
     }
 }

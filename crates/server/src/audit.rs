@@ -130,6 +130,11 @@ code_enum! {
         /// A read of identity lists (persons, sessions, devices, tokens); audited
         /// only when denied.
         IdentityRead => "identity.read",
+        /// A subscription to the event stream (`GET /api/v1/events`); audited
+        /// only when denied.
+        EventsRead => "events.read",
+        /// A read of the audit log (`GET /api/v1/audit`); audited only when denied.
+        AuditRead => "audit.read",
     }
 }
 

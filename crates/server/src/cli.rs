@@ -263,6 +263,7 @@ fn admin_error(error: IdentityError, command: &AdminCommand) -> anyhow::Error {
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal()?;
     let listen = config.server.listen;
     let app = App::open(config, Arc::new(SystemClock)).await?;
     let listener = TcpListener::bind(listen).await?;
@@ -282,24 +283,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         );
     }
     drop(conn);
-    app.serve(listener, shutdown_signal()).await?;
+    app.serve(listener, shutdown).await?;
     tracing::info!("stopped");
     Ok(())
 }
 
-/// Completes on SIGTERM or SIGINT.
-async fn shutdown_signal() {
+/// Completes on SIGTERM or SIGINT. The handlers are installed when this is
+/// called, not when the future is first polled, so a signal that arrives while
+/// the server is still starting is not lost (and does not kill the process).
+fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()> + Send> {
     use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(error) => {
-            tracing::error!(%error, "cannot listen for SIGTERM; stopping on SIGINT only");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
         }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
-    }
+    })
 }

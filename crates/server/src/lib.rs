@@ -23,8 +23,12 @@
 //! - [`identity`]: principals (person, agent, app), groups, enrollment, argon2id
 //!   passwords, TOTP, login sessions and devices, step-up, API tokens, and the
 //!   bearer [`identity::principal::Principal`] (DESIGN 3.1).
+//! - [`metrics`]: the Prometheus registry of the process (`/metrics`): counters
+//!   and gauges whose labels are codes only, never IDs or names (10.4).
 //! - [`pepper`]: the server pepper, the key of every stored token and code HMAC.
 //! - [`ratelimit`]: token buckets per key on the injected clock (`rl.*`).
+//! - [`shutdown`]: the shutdown broadcast that WebSocket tasks select on (4013)
+//!   and that the server drains before it stops.
 //! - [`tls`]: rustls from cert/key files, or a CA and server certificate the server
 //!   creates in its data directory on first start.
 #![forbid(unsafe_code)]
@@ -38,6 +42,8 @@ pub mod db;
 pub mod events;
 pub mod http;
 pub mod identity;
+pub mod metrics;
 pub mod pepper;
 pub mod ratelimit;
+pub mod shutdown;
 pub mod tls;

@@ -76,6 +76,10 @@ pub enum PepperPurpose {
     EnrollmentCode,
     /// The key that seals TOTP secrets (`totp_credentials.secret_sealed`).
     TotpSealKey,
+    /// `login_sessions.csrf_hash` (`bothy_csrf_...`, console sessions).
+    CsrfToken,
+    /// The credential ID of the decoy a console login of an unknown username gets.
+    PasskeyDecoy,
 }
 
 impl PepperPurpose {
@@ -85,6 +89,8 @@ impl PepperPurpose {
             PepperPurpose::ApiToken => b"bothy.v1.api_token",
             PepperPurpose::EnrollmentCode => b"bothy.v1.enrollment_code",
             PepperPurpose::TotpSealKey => b"bothy.v1.totp_seal_key",
+            PepperPurpose::CsrfToken => b"bothy.v1.csrf_token",
+            PepperPurpose::PasskeyDecoy => b"bothy.v1.passkey_decoy",
         }
     }
 }

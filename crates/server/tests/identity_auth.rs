@@ -395,7 +395,20 @@ async fn step_ups_expire_belong_to_one_session_and_are_consumed_once(engine: Eng
         StepUpRefusal::SessionEnded
     );
 
-    // Unknown method: the passkey seam is not a working method.
+    // Unknown method.
+    let reply = post(
+        &server,
+        "/api/v1/auth/step-up",
+        Some(&one.token),
+        json!({"method": "sms", "code": "123456"}),
+    )
+    .await;
+    assert_eq!(reply.status, 400);
+    assert_eq!(
+        reply.body["errors"],
+        json!([{"pointer": "/method", "code": "unknown_method"}])
+    );
+    // `webauthn` takes a challenge and a credential (tests/identity_passkey.rs).
     let reply = post(
         &server,
         "/api/v1/auth/step-up",
@@ -406,7 +419,7 @@ async fn step_ups_expire_belong_to_one_session_and_are_consumed_once(engine: Eng
     assert_eq!(reply.status, 400);
     assert_eq!(
         reply.body["errors"],
-        json!([{"pointer": "/method", "code": "unknown_method"}])
+        json!([{"pointer": "/challenge_id", "code": "required"}])
     );
     server.stop().await;
 }

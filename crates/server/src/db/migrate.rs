@@ -40,6 +40,11 @@ const SQLITE: &[MigrationFile] = &[
         description: "identity",
         sql: include_str!("../../migrations/sqlite/0002_identity.sql"),
     },
+    MigrationFile {
+        version: 3,
+        description: "webauthn",
+        sql: include_str!("../../migrations/sqlite/0003_webauthn.sql"),
+    },
 ];
 
 const POSTGRES: &[MigrationFile] = &[
@@ -52,6 +57,11 @@ const POSTGRES: &[MigrationFile] = &[
         version: 2,
         description: "identity",
         sql: include_str!("../../migrations/postgres/0002_identity.sql"),
+    },
+    MigrationFile {
+        version: 3,
+        description: "webauthn",
+        sql: include_str!("../../migrations/postgres/0003_webauthn.sql"),
     },
 ];
 

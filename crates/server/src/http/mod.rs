@@ -5,9 +5,12 @@
 //! Layout:
 //! - [`problem`]: [`ApiError`] and the problem codes.
 //! - [`health`]: `/healthz`, `/readyz`.
+//! - `/metrics`: the Prometheus text format ([`crate::metrics`]); every request
+//!   is counted by the layer [`crate::metrics::count_requests`].
 //! - [`idempotency`]: `Idempotency-Key`: stored responses replayed, reuse refused.
 //! - [`precondition`]: `ETag` from a version and the `If-Match` check.
-//! - [`routes`]: the REST routes under `/api/v1` (auth, persons, devices, tokens).
+//! - [`routes`]: the REST routes under `/api/v1` (auth, persons, devices, tokens,
+//!   audit) and the event stream WebSocket.
 //! - [`serve`](mod@serve): the accept loop.
 
 pub mod health;
@@ -21,6 +24,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::middleware;
 use axum::routing::get;
 
 pub use problem::{ApiError, ProblemCode};
@@ -29,11 +33,15 @@ pub use serve::serve;
 use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::db::Db;
+use crate::events::LogTail;
+use crate::metrics::{self, Metrics};
 use crate::pepper::Pepper;
 use crate::ratelimit::RateLimiter;
+use crate::shutdown::ShutdownListener;
 
 /// What every handler can reach: the configuration, the database, the clock,
-/// the pepper and the rate limits. Cheap to clone (one `Arc`).
+/// the pepper, the rate limits, the log tail, the metrics and the shutdown
+/// signal. Cheap to clone (one `Arc`).
 #[derive(Clone, Debug)]
 pub struct AppState {
     inner: Arc<AppInner>,
@@ -50,11 +58,25 @@ struct AppInner {
     /// step-ups (identity). In memory, per process: several nodes each count
     /// their own share, which only loosens the limit by the number of nodes.
     public_auth: RateLimiter<IpAddr>,
+    /// The log tail of this process: event stream sockets subscribe here.
+    events: LogTail,
+    /// The process's metrics (`/metrics`).
+    metrics: Metrics,
+    /// The server's shutdown, which WebSocket tasks select on (4013).
+    shutdown: ShutdownListener,
 }
 
 impl AppState {
-    /// Bundles what the handlers need.
-    pub fn new(config: Config, db: Db, clock: SharedClock, pepper: Pepper) -> Self {
+    /// Bundles what the handlers need; `events` is the running log tail and
+    /// `shutdown` the signal of the server that serves this state.
+    pub fn new(
+        config: Config,
+        db: Db,
+        clock: SharedClock,
+        pepper: Pepper,
+        events: LogTail,
+        shutdown: ShutdownListener,
+    ) -> Self {
         let public_auth = RateLimiter::new(config.rl.public_auth);
         AppState {
             inner: Arc::new(AppInner {
@@ -63,6 +85,9 @@ impl AppState {
                 clock,
                 pepper,
                 public_auth,
+                events,
+                metrics: Metrics::new(),
+                shutdown,
             }),
         }
     }
@@ -91,16 +116,36 @@ impl AppState {
     pub fn public_auth_limit(&self) -> &RateLimiter<IpAddr> {
         &self.inner.public_auth
     }
+
+    /// The log tail.
+    pub fn events(&self) -> &LogTail {
+        &self.inner.events
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.inner.metrics
+    }
+
+    /// The shutdown signal.
+    pub fn shutdown(&self) -> &ShutdownListener {
+        &self.inner.shutdown
+    }
 }
 
-/// The whole API.
+/// The whole API. The request counter wraps everything, fallbacks included.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
+        .route("/metrics", get(metrics::serve_metrics))
         .merge(routes::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            metrics::count_requests,
+        ))
         .with_state(state)
 }
 

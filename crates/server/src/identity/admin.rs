@@ -163,6 +163,12 @@ pub async fn reset_second_factor(
         .await
         .map_err(crate::db::DbError::from)?
         .rows_affected();
+    // Passkeys are a second factor too (DESIGN 3.1): they go with the reset.
+    sqlx::query("DELETE FROM passkeys WHERE person_id = $1")
+        .bind(crate::db::id_text(&person.id))
+        .execute(uow.conn())
+        .await
+        .map_err(crate::db::DbError::from)?;
     let sessions_ended = login_sessions::end(
         &mut uow,
         Ending::Person(person.id),

@@ -129,16 +129,16 @@ pub struct Confirmed {
     pub username: Username,
 }
 
-struct ValidCode {
-    id: Uuid,
-    person_id: Uuid,
-    username: Username,
+pub(crate) struct ValidCode {
+    pub(crate) id: Uuid,
+    pub(crate) person_id: Uuid,
+    pub(crate) username: Username,
     expires_at: UnixMillis,
     purpose: EnrollmentPurpose,
     pending_password_hash: Option<String>,
 }
 
-async fn valid_code(
+pub(crate) async fn valid_code(
     conn: &mut AnyConnection,
     pepper: &Pepper,
     code: &OpaqueSecret,

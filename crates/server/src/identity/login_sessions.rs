@@ -290,6 +290,8 @@ code_enum! {
     pub enum LoginMethod {
         /// Password and TOTP (CLI).
         PasswordTotp => "password_totp",
+        /// Password and passkey (web console).
+        PasswordPasskey => "password_passkey",
     }
 }
 

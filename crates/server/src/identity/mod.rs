@@ -18,6 +18,10 @@
 //! - [`login_sessions`]: `POST /auth/login` (password + TOTP, registers the
 //!   device), lookup by token, and the one end function every revocation uses.
 //! - [`devices`]: the Ed25519 keys of CLI logins; revoking one ends its sessions.
+//! - [`passkey`]: WebAuthn passkeys — registration (during enrollment or after
+//!   a TOTP step-up), challenges (single use, 5 minutes), passkey step-ups.
+//! - [`console`]: the web console's login (password + passkey), its cookie and
+//!   CSRF token.
 //! - [`step_up`]: step-ups of a login session and [`step_up::consume`], which the
 //!   terminal module calls in its unit of work.
 //! - [`api_tokens`]: agent and app principals and their tokens.
@@ -40,11 +44,13 @@
 
 pub mod admin;
 pub mod api_tokens;
+pub mod console;
 pub mod devices;
 pub mod enrollment;
 pub mod groups;
 pub mod login_sessions;
 pub mod opaque;
+pub mod passkey;
 pub mod password;
 pub mod persons;
 pub mod principal;
@@ -115,6 +121,13 @@ code_enum! {
         DeviceRevoked => "device_revoked",
         /// A bearer token that is missing, malformed, unknown, expired or revoked.
         TokenInvalid => "token_invalid",
+        /// A WebAuthn assertion or attestation that did not verify (wrong
+        /// credential, no user verification, bad signature).
+        PasskeyInvalid => "passkey_invalid",
+        /// A WebAuthn challenge that is unknown, used, expired or for something else.
+        ChallengeInvalid => "challenge_invalid",
+        /// A cookie-authenticated change without the session's `X-CSRF-Token`.
+        CsrfTokenInvalid => "csrf_token_invalid",
     }
 }
 
@@ -127,6 +140,8 @@ code_enum! {
         OwnerRequired => "owner_required",
         /// The device key was revoked; log in with a new key.
         DeviceRevoked => "device_revoked",
+        /// A console request that changes state without the right `X-CSRF-Token`.
+        CsrfTokenInvalid => "csrf_token_invalid",
     }
 }
 

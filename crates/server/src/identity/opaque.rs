@@ -35,6 +35,8 @@ pub enum SecretKind {
     ApiToken,
     /// A one-time enrollment code.
     EnrollmentCode,
+    /// The CSRF token of a console login session (`X-CSRF-Token`).
+    CsrfToken,
 }
 
 impl SecretKind {
@@ -44,6 +46,7 @@ impl SecretKind {
             SecretKind::AccessToken => "bothy_at_",
             SecretKind::ApiToken => "bothy_tk_",
             SecretKind::EnrollmentCode => "bothy_ec_",
+            SecretKind::CsrfToken => "bothy_csrf_",
         }
     }
 
@@ -52,6 +55,7 @@ impl SecretKind {
             SecretKind::AccessToken => PepperPurpose::AccessToken,
             SecretKind::ApiToken => PepperPurpose::ApiToken,
             SecretKind::EnrollmentCode => PepperPurpose::EnrollmentCode,
+            SecretKind::CsrfToken => PepperPurpose::CsrfToken,
         }
     }
 }

@@ -7,6 +7,11 @@
 //! revoked credential is `401 unauthenticated`, always the same body. The token
 //! is looked up on every request, so an end or revocation takes effect at once.
 //!
+//! The web console authenticates with the cookie `bothy_session` instead
+//! ([`console`]): every request that is not GET or HEAD must then carry the
+//! session's `X-CSRF-Token`, else `403 forbidden` (`csrf_token_invalid`). A
+//! console session's token is refused as a bearer token.
+//!
 //! Checks that the terminal module and the routes call:
 //! - [`Principal::require_person`]: agents and apps never open a terminal (8.2,
 //!   TM-T17): `403 forbidden` with `reason: subject_kind_not_allowed` and a deny
@@ -15,10 +20,12 @@
 //!   owner_required`, audited the same way.
 
 use axum::extract::FromRequestParts;
-use axum::http::header::AUTHORIZATION;
+use axum::http::Method;
+use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
 use uuid::Uuid;
 
+use super::console;
 use super::login_sessions::{self, ClientComponent};
 use super::opaque::{OpaqueSecret, SecretKind};
 use super::persons::Username;
@@ -217,13 +224,53 @@ impl FromRequestParts<AppState> for Principal {
     ) -> Result<Self, Self::Rejection> {
         let unauthenticated =
             || ApiError::from(IdentityError::Unauthenticated(AuthFailure::TokenInvalid));
-        let Some(token) = bearer(parts) else {
+        let now = state.clock().now_ms();
+        if let Some(token) = bearer(parts) {
+            return match authenticate(state.db(), state.pepper(), token, now).await? {
+                // A console session's token travels only as its cookie, where
+                // the CSRF check below applies.
+                Some(Principal::Person(person))
+                    if person.client_component == ClientComponent::Console =>
+                {
+                    Err(unauthenticated())
+                }
+                Some(principal) => Ok(principal),
+                None => Err(unauthenticated()),
+            };
+        }
+        let Some(token) = parts
+            .headers
+            .get_all(COOKIE)
+            .iter()
+            .filter_map(|value| value.to_str().ok())
+            .find_map(console::cookie_value)
+        else {
             return Err(unauthenticated());
         };
-        let now = state.clock().now_ms();
-        match authenticate(state.db(), state.pepper(), token, now).await? {
-            Some(principal) => Ok(principal),
-            None => Err(unauthenticated()),
+        let person = match authenticate(state.db(), state.pepper(), token, now).await? {
+            Some(Principal::Person(person))
+                if person.client_component == ClientComponent::Console =>
+            {
+                person
+            }
+            _ => return Err(unauthenticated()),
+        };
+        if parts.method != Method::GET && parts.method != Method::HEAD {
+            let presented = parts
+                .headers
+                .get(console::CSRF_HEADER)
+                .and_then(|value| value.to_str().ok());
+            if !console::check_csrf(
+                state.db(),
+                state.pepper(),
+                person.login_session_id,
+                presented,
+            )
+            .await?
+            {
+                return Err(IdentityError::Forbidden(ForbiddenReason::CsrfTokenInvalid).into());
+            }
         }
+        Ok(Principal::Person(person))
     }
 }

@@ -13,14 +13,16 @@
 //!   consumers cannot both pass (PostgreSQL re-checks the condition after the
 //!   first commits; SQLite runs one writer at a time). Every refusal is
 //!   [`IdentityError::StepUpRequired`] with a [`StepUpRefusal`] for the audit.
-//! - Methods: [`StepUpMethod`]. The console's WebAuthn step-up (with
-//!   `userVerification = required`; a console without it gets `reason:
-//!   passkey_required`) comes with the passkey task; until then `webauthn` is
-//!   refused as an unknown method, never accepted.
+//! - Methods: [`StepUpMethod`]. `webauthn` step-ups (an assertion with
+//!   `userVerification = required`) are created by
+//!   [`super::passkey::step_up_finish`] through [`insert`]; the console takes
+//!   only those: its `totp` is `401 step_up_required` with `reason:
+//!   passkey_required` (6.2, 12, 13).
 
 use sqlx::Row;
 use uuid::Uuid;
 
+use super::login_sessions::ClientComponent;
 use super::principal::PersonPrincipal;
 use super::totp::{self, TotpCode};
 use super::{IdentityError, deny};
@@ -35,6 +37,8 @@ code_enum! {
     pub enum StepUpMethod {
         /// A TOTP code (CLI).
         Totp => "totp",
+        /// A WebAuthn assertion with user verification (console; [`super::passkey`]).
+        Webauthn => "webauthn",
     }
 }
 
@@ -53,6 +57,10 @@ code_enum! {
         SessionEnded => "login_session_ended",
         /// Creating one: the TOTP code was wrong or used.
         TotpInvalid => "totp_invalid",
+        /// Creating one: a console session offered TOTP; it takes only passkeys.
+        PasskeyRequired => "passkey_required",
+        /// Creating one: the passkey assertion or its challenge did not verify.
+        PasskeyInvalid => "passkey_invalid",
     }
 }
 
@@ -61,6 +69,8 @@ impl StepUpRefusal {
     pub const fn client_reason(self) -> Option<&'static str> {
         match self {
             StepUpRefusal::TotpInvalid => Some("totp_invalid"),
+            StepUpRefusal::PasskeyRequired => Some("passkey_required"),
+            StepUpRefusal::PasskeyInvalid => Some("passkey_invalid"),
             _ => None,
         }
     }
@@ -95,7 +105,23 @@ pub async fn create(
     code: Option<&TotpCode>,
 ) -> Result<CreatedStepUp, IdentityError> {
     let mut uow = db.begin(now).await?;
-    let StepUpMethod::Totp = method;
+    // The console takes only passkeys (6.2, 12); passkey step-ups are created by
+    // `passkey::step_up_finish`, never here.
+    let refusal = match (person.client_component, method) {
+        (ClientComponent::Console, _) => Some(StepUpRefusal::PasskeyRequired),
+        (_, StepUpMethod::Webauthn) => Some(StepUpRefusal::PasskeyInvalid),
+        (_, StepUpMethod::Totp) => None,
+    };
+    if let Some(refusal) = refusal {
+        let entry = AuditEntry::deny(AuditAction::AuthStepUp, person.actor())
+            .target(TargetKind::LoginSession, person.login_session_id)
+            .details(
+                AuditDetails::new()
+                    .code("method", method)
+                    .code("reason_code", refusal),
+            );
+        return Err(deny(uow, entry, IdentityError::StepUpRequired(refusal)).await);
+    }
     if let Err(failure) =
         totp::verify_person_code(&mut uow, pepper, &config.auth, person.person_id, code).await?
     {
@@ -113,6 +139,20 @@ pub async fn create(
         )
         .await);
     }
+    let created = insert(&mut uow, config, now, person, method).await?;
+    uow.commit().await?;
+    Ok(created)
+}
+
+/// Stores a step-up of `person`'s login session proven by `method` and audits
+/// it, in `uow` (the TOTP check above, the passkey check of `passkey`).
+pub(crate) async fn insert(
+    uow: &mut UnitOfWork,
+    config: &Config,
+    now: UnixMillis,
+    person: &PersonPrincipal,
+    method: StepUpMethod,
+) -> Result<CreatedStepUp, IdentityError> {
     let id = db::new_id(now)?;
     // Inclusive: a step-up exactly step_up_max_age old is still "at most this old".
     let expires_at = now.saturating_add(millis(config.terminal.step_up_max_age));
@@ -137,7 +177,6 @@ pub async fn create(
                     .code("method", method),
             ),
     );
-    uow.commit().await?;
     Ok(CreatedStepUp { id, expires_at })
 }
 

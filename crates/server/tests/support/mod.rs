@@ -22,6 +22,7 @@
 #![allow(dead_code)] // every test binary uses a different part
 
 pub mod server;
+pub mod ws;
 
 use std::time::Duration;
 

@@ -4,6 +4,8 @@
 //! 127.0.0.1 port 0 with a [`ManualClock`]. The client trusts exactly that CA —
 //! there is no way to skip verification, in tests either. Dropping the value
 //! shuts the server down; [`TestServer::stop`] waits for it.
+//! [`TestServer::start_with`] adds configuration (YAML sections other than
+//! `server` and `database`, e.g. a tiny `sync.outbound_queue_max`).
 
 use std::sync::Arc;
 
@@ -34,6 +36,10 @@ pub struct TestServer {
     pub clock: Arc<ManualClock>,
     /// The server's state (database, configuration).
     pub state: AppState,
+    /// The CA file the clients trust (for other clients, e.g. WebSockets).
+    pub ca_file: std::path::PathBuf,
+    /// The port on 127.0.0.1.
+    pub port: u16,
     db: Option<TestDb>,
     data_dir: Option<tempfile::TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
@@ -43,15 +49,31 @@ pub struct TestServer {
 impl TestServer {
     /// Starts a server on a fresh database of `engine`.
     pub async fn start(engine: Engine) -> TestServer {
+        TestServer::start_with(engine, "").await
+    }
+
+    /// Starts a server on a fresh database of `engine`, with `extra_yaml`
+    /// (whole top-level sections other than `server` and `database`) added to
+    /// its configuration.
+    pub async fn start_with(engine: Engine, extra_yaml: &str) -> TestServer {
         let db = TestDb::fresh(engine).await;
         let data_dir = tempfile::tempdir().expect("temporary data directory");
-        TestServer::start_on(db, data_dir).await
+        TestServer::start_on_with(db, data_dir, extra_yaml).await
     }
 
     /// Starts a server on an existing database and data directory (a restart).
     pub async fn start_on(db: TestDb, data_dir: tempfile::TempDir) -> TestServer {
+        TestServer::start_on_with(db, data_dir, "").await
+    }
+
+    /// [`TestServer::start_on`] with `extra_yaml` as for [`TestServer::start_with`].
+    pub async fn start_on_with(
+        db: TestDb,
+        data_dir: tempfile::TempDir,
+        extra_yaml: &str,
+    ) -> TestServer {
         let yaml = format!(
-            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\ndatabase:\n  url: \"{}\"\n",
+            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\ndatabase:\n  url: \"{}\"\n{extra_yaml}",
             data_dir.path().display(),
             db.url()
         );
@@ -73,6 +95,8 @@ impl TestServer {
             client: client_trusting(&ca_file),
             clock,
             state,
+            ca_file,
+            port,
             db: Some(db),
             data_dir: Some(data_dir),
             shutdown: Some(shutdown),

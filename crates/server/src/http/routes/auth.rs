@@ -9,7 +9,7 @@
 //! | `POST /auth/logout` | — | 204 |
 //! | `GET /auth/sessions` | — | `sessions[]` (own; owners: everyone's) |
 //! | `POST /auth/sessions/{id}/revoke` | — | 204 |
-//! | `POST /auth/step-up` | `method: "totp"`, `code` | `step_up_id`, `expires_at` |
+//! | `POST /auth/step-up` | `method: "totp"`, `code`; or `method: "webauthn"`, `challenge_id`, `credential` | `step_up_id`, `expires_at` |
 //!
 //! Times are Unix milliseconds. The public calls and the step-up are limited by
 //! `rl.public_auth` per client address: an empty bucket is `429 rate_limited`
@@ -18,6 +18,8 @@
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::http::header::SET_COOKIE;
+use axum::response::{AppendHeaders, IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bothy_proto::json::Object;
@@ -28,8 +30,9 @@ use super::body::{ClientAddr, JsonBody, path_id, read_conn};
 use crate::audit::AuditAction;
 use crate::db;
 use crate::http::{ApiError, AppState, ProblemCode};
+use crate::identity::console;
 use crate::identity::devices::DeviceName;
-use crate::identity::login_sessions::{self, LoginRequest, SecondFactor};
+use crate::identity::login_sessions::{self, ClientComponent, LoginRequest, SecondFactor};
 use crate::identity::password::Password;
 use crate::identity::principal::Principal;
 use crate::identity::step_up::{self, StepUpMethod, StepUpRefusal};
@@ -50,7 +53,7 @@ pub fn router() -> Router<AppState> {
 }
 
 /// `429` before any check when the client's bucket is empty.
-fn gate(state: &AppState, client: ClientAddr, now: i64) -> Result<(), ApiError> {
+pub(super) fn gate(state: &AppState, client: ClientAddr, now: i64) -> Result<(), ApiError> {
     state
         .public_auth_limit()
         .check(&client.0, now)
@@ -58,7 +61,7 @@ fn gate(state: &AppState, client: ClientAddr, now: i64) -> Result<(), ApiError> 
 }
 
 /// Charges a failed credential check to the client's bucket.
-fn charged<T>(
+pub(super) fn charged<T>(
     state: &AppState,
     client: ClientAddr,
     now: i64,
@@ -68,7 +71,9 @@ fn charged<T>(
         let failed_check = matches!(
             error,
             IdentityError::Unauthenticated(_)
-                | IdentityError::StepUpRequired(StepUpRefusal::TotpInvalid)
+                | IdentityError::StepUpRequired(
+                    StepUpRefusal::TotpInvalid | StepUpRefusal::PasskeyInvalid
+                )
         );
         if failed_check {
             // An empty bucket here (a concurrent failure took the last token)
@@ -204,16 +209,17 @@ async fn session(principal: Principal) -> Json<Value> {
     Json(principal.to_json())
 }
 
-async fn logout(
-    State(state): State<AppState>,
-    principal: Principal,
-) -> Result<StatusCode, ApiError> {
+async fn logout(State(state): State<AppState>, principal: Principal) -> Result<Response, ApiError> {
     let now = state.clock().now_ms();
     let person = principal
         .require_person(state.db(), now, AuditAction::AuthLogout)
         .await?;
     login_sessions::logout(state.db(), now, person).await?;
-    Ok(StatusCode::NO_CONTENT)
+    if person.client_component == ClientComponent::Console {
+        let cleared = AppendHeaders([(SET_COOKIE, console::cleared_cookie())]);
+        return Ok((StatusCode::NO_CONTENT, cleared).into_response());
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 async fn sessions(
@@ -259,12 +265,20 @@ async fn create_step_up(
         .require_person(state.db(), now, AuditAction::AuthStepUp)
         .await?;
     gate(&state, client, now)?;
-    let object = Object::root(&body, &["method", "code"])?;
+    let object = Object::root(&body, &["method", "code", "challenge_id", "credential"])?;
     let method = object.member("method")?;
-    // The seam of the passkey task: `webauthn` joins here when it exists.
     let method = StepUpMethod::parse(method.as_str()?).ok_or_else(|| {
         ApiError::new(ProblemCode::ValidationFailed).with_error(method.pointer(), "unknown_method")
     })?;
+    // A passkey step-up (console; [`super::passkeys`]); the console's `totp`
+    // goes on to `step_up::create`, which answers `passkey_required`.
+    if method == StepUpMethod::Webauthn {
+        let created = super::passkeys::step_up_finish(&state, client, person, &object).await?;
+        return Ok(Json(json!({
+            "step_up_id": db::id_text(&created.id),
+            "expires_at": created.expires_at,
+        })));
+    }
     let code = TotpCode::parse(object.str("code")?);
     let created = charged(
         &state,

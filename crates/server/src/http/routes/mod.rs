@@ -9,11 +9,19 @@
 //! - [`persons`]: invitations and the list of persons (owners).
 //! - [`devices`]: the caller's devices (owners: everyone's) and their revocation.
 //! - [`tokens`]: API tokens of agents and apps (owners).
+//! - [`audit`]: `GET /api/v1/audit`, the audit log with filters and paging (owners).
+//! - [`events`]: `GET /api/v1/events`, the event stream WebSocket, and
+//!   [`events::may_read_host`] (host.read).
+//! - [`query`]: strict query parameters (`/query/<name>` pointers).
 
+pub mod audit;
 pub mod auth;
 pub mod body;
 pub mod devices;
+pub mod events;
+pub mod passkeys;
 pub mod persons;
+pub mod query;
 pub mod tokens;
 
 use axum::Router;
@@ -24,7 +32,10 @@ use super::AppState;
 pub fn router() -> Router<AppState> {
     Router::new()
         .merge(auth::router())
+        .merge(passkeys::router())
         .merge(persons::router())
         .merge(devices::router())
         .merge(tokens::router())
+        .merge(audit::router())
+        .merge(events::router())
 }
