@@ -22,10 +22,11 @@ use serde_json::Value;
 use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
+use super::login_sessions;
 use super::login_sessions::{ClientComponent, LoginMethod};
 use super::opaque::{OpaqueSecret, SecretKind};
 use super::passkey;
-use super::password::{self, Password};
+use super::password::Password;
 use super::persons::{self, Username};
 use super::{AuthFailure, IdentityError, PersonStatus, deny};
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind};
@@ -120,42 +121,23 @@ pub async fn login_finish(
     now: UnixMillis,
     request: ConsoleLogin,
 ) -> Result<ConsoleLoggedIn, IdentityError> {
-    let person = match Username::parse(&request.username) {
-        Some(username) => {
-            let mut conn = db.pool().acquire().await.map_err(DbError::from)?;
-            match persons::find_by_username(&mut conn, &username).await? {
-                Some(person) => {
-                    let hash = persons::password_hash(&mut conn, person.id).await?;
-                    Some((person, hash))
-                }
-                None => None,
-            }
-        }
-        None => None,
-    };
-    let password_ok = match (&request.password, &person) {
-        (Some(password), Some((_, hash))) => password::verify(password, hash.clone()).await?,
-        (Some(password), None) => password::verify(password, None).await?,
-        (None, _) => {
-            let filler = Password::presented("").ok_or(IdentityError::Crypto("filler"))?;
-            password::verify(&filler, None).await?
-        }
-    };
+    let (person, password_ok) =
+        login_sessions::check_password(db, &request.username, request.password.as_ref()).await?;
     let mut uow = db.begin(now).await?;
     // Used up whatever comes next: a challenge is good for one try.
     let taken = passkey::take_login_challenge(&mut uow, now, request.challenge_id).await?;
     let failure = match (&person, &taken) {
         (None, _) => Some(AuthFailure::UnknownUsername),
-        (Some((person, _)), _) if person.status != PersonStatus::Active => {
+        (Some(person), _) if person.status != PersonStatus::Active => {
             Some(AuthFailure::PersonInactive)
         }
-        (Some((person, _)), _) if !person.enrolled => Some(AuthFailure::NotEnrolled),
+        (Some(person), _) if !person.enrolled => Some(AuthFailure::NotEnrolled),
         (Some(_), _) if !password_ok => Some(AuthFailure::WrongPassword),
-        (Some((person, _)), Some((Some(bound), Some(_)))) if *bound == person.id => None,
+        (Some(person), Some((Some(bound), Some(_)))) if *bound == person.id => None,
         (Some(_), _) => Some(AuthFailure::ChallengeInvalid),
     };
-    let target = person.as_ref().map(|(person, _)| person.id);
-    let (Some((person, _)), None, Some((_, state))) = (person, failure, taken) else {
+    let target = person.as_ref().map(|person| person.id);
+    let (Some(person), None, Some((_, state))) = (person, failure, taken) else {
         let failure = failure.unwrap_or(AuthFailure::ChallengeInvalid);
         return Err(deny(
             uow,

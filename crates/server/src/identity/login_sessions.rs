@@ -170,15 +170,16 @@ fn login_denied(target: Option<Uuid>, failure: AuthFailure) -> AuditEntry {
     }
 }
 
-/// `POST /api/v1/auth/login`: see the module docs.
-pub async fn login(
+/// The first factor of every login, CLI and console, in one place: the person of
+/// `username` (if there is one) and whether `password` is theirs. A malformed or
+/// unknown username and a missing password still cost one password check, so the
+/// time of the answer does not tell whether the account exists.
+pub(crate) async fn check_password(
     db: &Db,
-    pepper: &Pepper,
-    auth: &AuthConfig,
-    now: UnixMillis,
-    request: LoginRequest,
-) -> Result<LoggedIn, IdentityError> {
-    let person = match Username::parse(&request.username) {
+    username: &str,
+    password: Option<&Password>,
+) -> Result<(Option<persons::Person>, bool), IdentityError> {
+    let found = match Username::parse(username) {
         Some(username) => {
             let mut conn = db.pool().acquire().await.map_err(DbError::from)?;
             match persons::find_by_username(&mut conn, &username).await? {
@@ -191,28 +192,38 @@ pub async fn login(
         }
         None => None,
     };
-    let password_ok = match (&request.password, &person) {
+    let ok = match (password, &found) {
         (Some(password), Some((_, hash))) => password::verify(password, hash.clone()).await?,
         (Some(password), None) => password::verify(password, None).await?,
-        // Longer than any password can be: still pay the time of a check.
         (None, _) => {
             let filler = Password::presented("").ok_or(IdentityError::Crypto("filler"))?;
             password::verify(&filler, None).await?
         }
     };
+    Ok((found.map(|(person, _)| person), ok))
+}
+
+/// `POST /api/v1/auth/login`: see the module docs.
+pub async fn login(
+    db: &Db,
+    pepper: &Pepper,
+    auth: &AuthConfig,
+    now: UnixMillis,
+    request: LoginRequest,
+) -> Result<LoggedIn, IdentityError> {
+    let (person, password_ok) =
+        check_password(db, &request.username, request.password.as_ref()).await?;
     let failure = match &person {
         None => Some(AuthFailure::UnknownUsername),
-        Some((person, _)) if person.status != PersonStatus::Active => {
-            Some(AuthFailure::PersonInactive)
-        }
-        Some((person, _)) if !person.enrolled => Some(AuthFailure::NotEnrolled),
+        Some(person) if person.status != PersonStatus::Active => Some(AuthFailure::PersonInactive),
+        Some(person) if !person.enrolled => Some(AuthFailure::NotEnrolled),
         Some(_) if !password_ok => Some(AuthFailure::WrongPassword),
         Some(_) => None,
     };
 
     let mut uow = db.begin(now).await?;
-    let target = person.as_ref().map(|(person, _)| person.id);
-    let (Some((person, _)), None) = (person, failure) else {
+    let target = person.as_ref().map(|person| person.id);
+    let (Some(person), None) = (person, failure) else {
         let failure = failure.unwrap_or(AuthFailure::UnknownUsername);
         let entry = login_denied(target, failure);
         return Err(deny(uow, entry, IdentityError::Unauthenticated(failure)).await);
