@@ -98,6 +98,32 @@ pub fn key_fingerprint(
 }
 
 impl KeyFingerprint {
+    /// A fingerprint in its displayed form as [`KeyFingerprint::as_str`] writes
+    /// it (e.g. `hosts.key_fingerprint` read back): 13 groups of four upper-case
+    /// characters of [`CROCKFORD_ALPHABET`] joined with `-`, whose last
+    /// character carries zero padding bits (`0` or `G`). Anything else is `None`.
+    pub fn parse(grouped: &str) -> Option<KeyFingerprint> {
+        let bytes = grouped.as_bytes();
+        if bytes.len() != FINGERPRINT_CHARS + FINGERPRINT_CHARS / GROUP_CHARS - 1 {
+            return None;
+        }
+        let alphabet = CROCKFORD_ALPHABET.as_bytes();
+        let well_formed = bytes.iter().enumerate().all(|(i, byte)| {
+            if i % (GROUP_CHARS + 1) == GROUP_CHARS {
+                *byte == b'-'
+            } else {
+                alphabet.contains(byte)
+            }
+        });
+        // 52 characters carry 260 bits, the hash 256: the last one ends in 4 zero bits.
+        if !well_formed || !matches!(bytes.last(), Some(b'0' | b'G')) {
+            return None;
+        }
+        Some(KeyFingerprint {
+            grouped: grouped.to_owned(),
+        })
+    }
+
     /// The displayed form: `XXXX-XXXX-…-XXXX`, 13 groups (the form of
     /// `key_fingerprint` in openapi.yaml).
     pub fn as_str(&self) -> &str {
@@ -212,6 +238,31 @@ mod tests {
             .map(|group| alphabet[group.iter().fold(0usize, |v, &b| v * 2 + b as usize)] as char)
             .collect();
         assert_eq!(vector_fingerprint().compact(), expected);
+    }
+
+    #[test]
+    fn parse_takes_exactly_the_displayed_form() {
+        let fp = vector_fingerprint();
+        assert_eq!(KeyFingerprint::parse(VECTOR), Some(fp.clone()));
+        for seed in 0u8..32 {
+            let other = key_fingerprint(&[seed; 32], &[seed ^ 0x5a; 32]);
+            assert_eq!(KeyFingerprint::parse(other.as_str()), Some(other));
+        }
+        for bad in [
+            String::new(),
+            VECTOR.to_lowercase(),
+            VECTOR.replace('-', ""),
+            VECTOR[..VECTOR.len() - 1].to_owned(),
+            format!("{VECTOR}0"),
+            format!(" {}", &VECTOR[1..]),
+            VECTOR.replacen('F', "I", 1),
+            VECTOR.replacen('-', "_", 1),
+            // A last character with padding bits set.
+            format!("{}1", &VECTOR[..VECTOR.len() - 1]),
+            VECTOR.replacen("F0CC-", "F0C-C", 1),
+        ] {
+            assert_eq!(KeyFingerprint::parse(&bad), None, "{bad:?}");
+        }
     }
 
     #[test]

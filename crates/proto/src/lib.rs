@@ -21,6 +21,8 @@
 //! - [`control`]: messages of the control connection `/api/v1/hosts/connect` (3.5).
 //! - [`data`]: messages of the host data connection `/api/v1/hosts/sessions/{id}/stream`.
 //! - [`stream`]: messages of the device stream `/api/v1/terminal/sessions/{id}/stream`.
+//! - [`x25519`]: the host's `noise_public_key` of host.pair: strict base64url of
+//!   32 bytes, not a point of small order (3.2).
 //! - `fuzzing` (hidden): the properties the fuzz targets check, shared with the
 //!   regression test that replays every kept fuzz input.
 #![forbid(unsafe_code)]
@@ -41,3 +43,4 @@ pub mod jws;
 pub mod pairing;
 pub mod report;
 pub mod stream;
+pub mod x25519;

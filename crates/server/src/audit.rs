@@ -103,6 +103,9 @@ code_enum! {
         TerminalStream => "terminal.stream",
         /// Every end of a session by the server or the host (actor system).
         TerminalTerminate => "terminal.terminate",
+        /// A server signing key of purpose terminal created, scheduled,
+        /// activated, withdrawn or retired (5.3); details carry kids only.
+        TerminalKeyRotate => "terminal.key_rotate",
         /// Login (password + second factor).
         AuthLogin => "auth.login",
         /// Logout.
@@ -127,6 +130,14 @@ code_enum! {
         ApiTokenRevoke => "api_token.revoke",
         /// A group created, or a person added to or removed from one.
         GroupManage => "group.manage",
+        /// A grant on a host created (owners; I6 checked).
+        GrantCreate => "grant.create",
+        /// A grant on a host revoked.
+        GrantRevoke => "grant.revoke",
+        /// A disabled person enabled again (I6 checked).
+        PersonEnable => "person.enable",
+        /// A read of hosts or grants; audited only when denied.
+        HostRead => "host.read",
         /// A read of identity lists (persons, sessions, devices, tokens); audited
         /// only when denied.
         IdentityRead => "identity.read",
@@ -313,6 +324,7 @@ enum Detail {
     Count(i64),
     Flag(bool),
     Fingerprint(String),
+    Kid(String),
     OsUser(String),
     OsUsers(Vec<String>),
     Profile(String),
@@ -328,6 +340,7 @@ impl Detail {
             Detail::Count(n) => Value::from(*n),
             Detail::Flag(flag) => Value::from(*flag),
             Detail::Fingerprint(text)
+            | Detail::Kid(text)
             | Detail::OsUser(text)
             | Detail::Profile(text)
             | Detail::Reason(text) => Value::from(text.as_str()),
@@ -394,6 +407,14 @@ impl AuditDetails {
     ) -> Self {
         self.fields
             .insert(key, Detail::Fingerprint(value.audit_form()));
+        self
+    }
+
+    /// The key ID of a public key (`kid`, `previous_kid`, ...): its RFC 7638
+    /// thumbprint. Taking the public JWK, not a string, keeps anything but a
+    /// public key's name out of this field.
+    pub fn kid(mut self, key: &'static str, jwk: &bothy_proto::jwk::Ed25519PublicJwk) -> Self {
+        self.fields.insert(key, Detail::Kid(jwk.thumbprint()));
         self
     }
 

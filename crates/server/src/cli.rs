@@ -12,10 +12,13 @@ use clap::{Parser, Subcommand};
 use tokio::net::TcpListener;
 
 use crate::app::{App, Store};
+use crate::audit::Actor;
 use crate::clock::{Clock, SystemClock, UnixMillis};
 use crate::config::{self, Config, ConfigError};
 use crate::db::Db;
-use crate::identity::admin::{self, Enrollable};
+use crate::hosts::HostError;
+use crate::http;
+use crate::identity::admin::{self, Enrollable, PersonRef};
 use crate::identity::password::PASSWORD_MIN_CHARS;
 use crate::identity::{ConflictReason, IdentityError};
 
@@ -53,6 +56,9 @@ enum Command {
     /// Work with the configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Print the OpenAPI 3.1 document of the HTTP API (JSON; needs no
+    /// configuration or database). `docs/api/openapi.json` is its output.
+    Openapi,
 }
 
 #[derive(Debug, Subcommand)]
@@ -76,6 +82,25 @@ enum AdminCommand {
         /// The person's username.
         #[arg(long, value_name = "NAME")]
         username: String,
+    },
+    /// Enable a disabled person again. Refused (nothing changes) if one of their
+    /// grants would then break I6: a grant on a host whose LLM login is the
+    /// personal subscription of someone else.
+    Enable {
+        /// The person's username.
+        #[arg(long, value_name = "NAME")]
+        username: String,
+    },
+    /// Rotate the server signing key of purpose terminal (spec 5.3): publish a
+    /// next key in the JWKS now, which signs terminal session tokens once it has
+    /// been published for agent.jwks_max_age. Prints the new kid and when it
+    /// becomes active.
+    RotateTerminalKey {
+        /// Emergency rotation: the new key signs at once. Host services may
+        /// refuse new session tokens for up to one heartbeat interval plus
+        /// signing_key.cache_ttl, until they have the new JWKS.
+        #[arg(long)]
+        now: bool,
     },
 }
 
@@ -133,6 +158,10 @@ fn load_config(path: Option<PathBuf>) -> Result<Config, ConfigError> {
 }
 
 fn try_main(cli: Cli) -> Result<(), CliError> {
+    // The document depends on the code only: no configuration is read for it.
+    if let Command::Openapi = cli.command {
+        return openapi();
+    }
     let config = load_config(cli.config)?;
     match cli.command {
         Command::Config(ConfigCommand::Check) => {
@@ -144,7 +173,15 @@ fn try_main(cli: Cli) -> Result<(), CliError> {
         Command::Admin(command) => runtime()?
             .block_on(admin(config, command))
             .map_err(CliError::from),
+        Command::Openapi => openapi(),
     }
+}
+
+/// `openapi`: the document as `docs/api/openapi.json` holds it.
+fn openapi() -> Result<(), CliError> {
+    let text = http::api_doc::to_json(&http::openapi()).map_err(anyhow::Error::from)?;
+    print!("{text}");
+    Ok(())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, anyhow::Error> {
@@ -201,9 +238,95 @@ async fn admin(config: Config, command: AdminCommand) -> anyhow::Result<()> {
                 );
             })
         }
+        AdminCommand::Enable { username } => {
+            let enabled = admin::enable(&db, now, Actor::System, PersonRef::Username(username))
+                .await
+                .map(|done| {
+                    let verb = if done.changed {
+                        "Enabled"
+                    } else {
+                        "Already active:"
+                    };
+                    println!("{verb} {}.", done.person.username);
+                });
+            db.close().await;
+            return enabled.map_err(|error| match error {
+                HostError::Identity(error) => admin_error(error, &command),
+                HostError::I6Violation => anyhow::anyhow!(
+                    "enabling {username:?} would break I6: they hold a grant (directly or \
+                     through a group) on a host whose LLM login is the personal subscription of \
+                     another person; revoke that grant first. Nothing changed"
+                ),
+                other => anyhow::Error::new(other),
+            });
+        }
+        AdminCommand::RotateTerminalKey { now: at_once } => {
+            let rotated = rotate_terminal_key(&config, &db, &pepper, now, *at_once).await;
+            db.close().await;
+            return rotated;
+        }
     };
     db.close().await;
     result.map_err(|error| admin_error(error, &command))
+}
+
+/// `admin rotate-terminal-key [--now]`: rotates and says which key signs when.
+async fn rotate_terminal_key(
+    config: &Config,
+    db: &Db,
+    pepper: &crate::pepper::Pepper,
+    now: UnixMillis,
+    at_once: bool,
+) -> anyhow::Result<()> {
+    use crate::terminal::keys::{self, KeyPolicy, Rotation, RotationMode};
+    let mode = if at_once {
+        RotationMode::Emergency
+    } else {
+        RotationMode::Scheduled
+    };
+    let policy = KeyPolicy::from_config(config);
+    match keys::rotate(db, pepper, &policy, mode, now).await? {
+        Rotation::First { kid } => {
+            println!("Created the first terminal signing key {kid}; it is active now.");
+        }
+        Rotation::Scheduled { kid, activates_at } => {
+            println!(
+                "Published the next terminal signing key {kid}; it becomes active at {} \
+                 (agent.jwks_max_age from now).",
+                rfc3339(activates_at)
+            );
+        }
+        Rotation::AlreadyScheduled { kid, activates_at } => {
+            println!(
+                "A rotation is already scheduled: the next terminal signing key {kid} becomes \
+                 active at {}. Nothing changed; --now replaces the active key at once.",
+                rfc3339(activates_at)
+            );
+        }
+        Rotation::Emergency {
+            kid,
+            previous_kid,
+            previous_published_until,
+            withdrawn_kid,
+        } => {
+            println!(
+                "Created the terminal signing key {kid}; it is active now (emergency rotation)."
+            );
+            println!(
+                "The previous key {previous_kid} signs no more tokens; it stays in the JWKS \
+                 until {}, when the tokens it signed have expired.",
+                rfc3339(previous_published_until)
+            );
+            if let Some(withdrawn) = withdrawn_kid {
+                println!("The scheduled next key {withdrawn} was withdrawn.");
+            }
+            println!(
+                "Host services may refuse new terminal session tokens until they have the new \
+                 JWKS: at most one terminal.host_heartbeat_interval plus signing_key.cache_ttl."
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The code block of `bootstrap` and `reset-second-factor`, with the next step.
@@ -240,7 +363,9 @@ fn admin_error(error: IdentityError, command: &AdminCommand) -> anyhow::Error {
     let username = match command {
         AdminCommand::Bootstrap { username }
         | AdminCommand::ResetSecondFactor { username }
-        | AdminCommand::Disable { username } => username,
+        | AdminCommand::Disable { username }
+        | AdminCommand::Enable { username } => username,
+        AdminCommand::RotateTerminalKey { .. } => return anyhow::Error::new(error),
     };
     match error {
         IdentityError::Conflict(ConflictReason::OwnerExists) => anyhow::anyhow!(

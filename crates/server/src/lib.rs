@@ -7,7 +7,7 @@
 //! - [`app`]: a server assembled from its configuration ([`app::App`]), served on a
 //!   given listener until a shutdown future completes.
 //! - [`cli`]: the sub-commands of the `bothy-server` binary (`serve`, `migrate`,
-//!   `admin ...`, `config check`); `main.rs` only calls [`cli::main`].
+//!   `admin ...`, `config check`, `openapi`); `main.rs` only calls [`cli::main`].
 //! - [`config`]: the YAML configuration, decoded strictly, with every default of
 //!   section 17 and the server keys, `BOTHY_` environment overrides, redacted output.
 //! - [`clock`]: the injected clock ([`clock::Clock`]); tests move time instead of sleeping.
@@ -29,6 +29,11 @@
 //! - [`ratelimit`]: token buckets per key on the injected clock (`rl.*`).
 //! - [`shutdown`]: the shutdown broadcast that WebSocket tasks select on (4013)
 //!   and that the server drains before it stops.
+//! - [`hosts`]: hosts, their state machine, pairing, confirmation, re-pairing,
+//!   session-user assignments and the LLM declaration (spec 3, 2.2, 7.2).
+//! - [`permissions`]: grants on hosts, the one `authorize` (SR10, SR11 = I6,
+//!   SR12), the I6 check of every rights change, the permission version.
+//! - [`terminal`]: terminal sessions; for now the one end function (8.3).
 //! - [`tls`]: rustls from cert/key files, or a CA and server certificate the server
 //!   creates in its data directory on first start.
 #![forbid(unsafe_code)]
@@ -40,10 +45,13 @@ pub mod clock;
 pub mod config;
 pub mod db;
 pub mod events;
+pub mod hosts;
 pub mod http;
 pub mod identity;
 pub mod metrics;
 pub mod pepper;
+pub mod permissions;
 pub mod ratelimit;
 pub mod shutdown;
+pub mod terminal;
 pub mod tls;

@@ -80,6 +80,11 @@ pub enum PepperPurpose {
     CsrfToken,
     /// The credential ID of the decoy a console login of an unknown username gets.
     PasskeyDecoy,
+    /// `hosts.pairing_code_hash` (`bothy_hpc_...`, 3.2).
+    PairingCode,
+    /// The key that seals the private server signing keys of purpose terminal
+    /// (`server_signing_keys.private_sealed`).
+    TerminalKeySealKey,
 }
 
 impl PepperPurpose {
@@ -91,6 +96,8 @@ impl PepperPurpose {
             PepperPurpose::TotpSealKey => b"bothy.v1.totp_seal_key",
             PepperPurpose::CsrfToken => b"bothy.v1.csrf_token",
             PepperPurpose::PasskeyDecoy => b"bothy.v1.passkey_decoy",
+            PepperPurpose::PairingCode => b"bothy.v1.pairing_code",
+            PepperPurpose::TerminalKeySealKey => b"bothy.v1.terminal_key_seal_key",
         }
     }
 }

@@ -45,6 +45,16 @@ const SQLITE: &[MigrationFile] = &[
         description: "webauthn",
         sql: include_str!("../../migrations/sqlite/0003_webauthn.sql"),
     },
+    MigrationFile {
+        version: 4,
+        description: "hosts permissions",
+        sql: include_str!("../../migrations/sqlite/0004_hosts_permissions.sql"),
+    },
+    MigrationFile {
+        version: 5,
+        description: "server signing keys",
+        sql: include_str!("../../migrations/sqlite/0005_server_signing_keys.sql"),
+    },
 ];
 
 const POSTGRES: &[MigrationFile] = &[
@@ -62,6 +72,16 @@ const POSTGRES: &[MigrationFile] = &[
         version: 3,
         description: "webauthn",
         sql: include_str!("../../migrations/postgres/0003_webauthn.sql"),
+    },
+    MigrationFile {
+        version: 4,
+        description: "hosts permissions",
+        sql: include_str!("../../migrations/postgres/0004_hosts_permissions.sql"),
+    },
+    MigrationFile {
+        version: 5,
+        description: "server signing keys",
+        sql: include_str!("../../migrations/postgres/0005_server_signing_keys.sql"),
     },
 ];
 

@@ -4,16 +4,35 @@
 use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use super::AppState;
+use super::api_doc::Unavailable;
 use super::problem::{ApiError, ProblemCode};
 
-/// `GET /healthz`.
+/// The process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    operation_id = "healthz",
+    tag = "platform",
+    responses((status = 200, description = "`{\"status\": \"ok\"}`.", body = HealthStatus))
+)]
 pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /readyz`.
+/// The process answers and its database answers.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    operation_id = "readyz",
+    tag = "platform",
+    responses(
+        (status = 200, description = "`{\"status\": \"ready\"}`.", body = HealthStatus),
+        Unavailable,
+    )
+)]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     state
         .db()
@@ -21,4 +40,16 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiErr
         .await
         .map_err(|error| ApiError::new(ProblemCode::Unavailable).caused_by(error))?;
     Ok(Json(json!({"status": "ready"})))
+}
+
+/// The answer of `/healthz` and `/readyz` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct HealthStatus {
+    /// `ok` (`/healthz`) or `ready` (`/readyz`).
+    #[schema(schema_with = statuses)]
+    pub status: String,
+}
+
+fn statuses() -> utoipa::openapi::schema::Object {
+    super::api_doc::string_enum(["ok", "ready"])
 }

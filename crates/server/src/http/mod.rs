@@ -11,8 +11,16 @@
 //! - [`precondition`]: `ETag` from a version and the `If-Match` check.
 //! - [`routes`]: the REST routes under `/api/v1` (auth, persons, devices, tokens,
 //!   audit) and the event stream WebSocket.
+//! - [`api_doc`]: the OpenAPI 3.1 document, generated from the handlers
+//!   ([`openapi`]) and served at `GET /api/v1/openapi.json`; `bothy-server
+//!   openapi` prints it, `docs/api/openapi.json` holds it.
 //! - [`serve`](mod@serve): the accept loop.
+//!
+//! Every route is registered through `utoipa_axum::routes!` from a handler with
+//! `#[utoipa::path]` ([`api`]), so the router and the document come from the same
+//! list and cannot drift.
 
+pub mod api_doc;
 pub mod health;
 pub mod idempotency;
 pub mod precondition;
@@ -23,9 +31,11 @@ pub mod serve;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use axum::Router;
-use axum::middleware;
-use axum::routing::get;
+use axum::extract::State;
+use axum::response::Response;
+use axum::{Extension, Router, middleware};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use problem::{ApiError, ProblemCode};
 pub use serve::serve;
@@ -133,13 +143,26 @@ impl AppState {
     }
 }
 
+/// Every route with its OpenAPI operation, not yet bound to a state.
+pub fn api() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(api_doc::base())
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(serve_metrics))
+        .routes(routes!(api_doc::serve_document))
+        .merge(routes::router())
+}
+
+/// The OpenAPI document of [`router`] (what `GET /api/v1/openapi.json` serves).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api().into_openapi()
+}
+
 /// The whole API. The request counter wraps everything, fallbacks included.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
-        .route("/metrics", get(metrics::serve_metrics))
-        .merge(routes::router())
+    let (router, document) = api().split_for_parts();
+    router
+        .layer(Extension(api_doc::Document(Arc::new(document))))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
@@ -147,6 +170,23 @@ pub fn router(state: AppState) -> Router {
             metrics::count_requests,
         ))
         .with_state(state)
+}
+
+/// The process's metrics in the Prometheus text format (version 0.0.4). Needs no
+/// credential: operators who expose the API publicly filter it at the edge.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    operation_id = "metrics",
+    tag = "platform",
+    responses(
+        (status = 200, description = "The metrics.", body = String,
+            content_type = prometheus_client::encoding::prometheus_text::CONTENT_TYPE),
+        api_doc::Internal,
+    )
+)]
+async fn serve_metrics(state: State<AppState>) -> Result<Response, ApiError> {
+    metrics::serve_metrics(state).await
 }
 
 async fn not_found() -> ApiError {

@@ -60,6 +60,30 @@ pub enum ProblemCode {
 }
 
 impl ProblemCode {
+    /// Every code (the `code` enum of the OpenAPI document's `Problem`).
+    pub const ALL: &'static [ProblemCode] = &[
+        ProblemCode::ValidationFailed,
+        ProblemCode::Unauthenticated,
+        ProblemCode::StepUpRequired,
+        ProblemCode::Forbidden,
+        ProblemCode::TerminalDenied,
+        ProblemCode::NotFound,
+        ProblemCode::MethodNotAllowed,
+        ProblemCode::Conflict,
+        ProblemCode::InvalidStateTransition,
+        ProblemCode::HostUnavailable,
+        ProblemCode::FingerprintMismatch,
+        ProblemCode::I6Violation,
+        ProblemCode::PreconditionFailed,
+        ProblemCode::PayloadTooLarge,
+        ProblemCode::UnsupportedMediaType,
+        ProblemCode::IdempotencyKeyReused,
+        ProblemCode::PreconditionRequired,
+        ProblemCode::RateLimited,
+        ProblemCode::Internal,
+        ProblemCode::Unavailable,
+    ];
+
     /// The code as it appears in `code`.
     pub const fn as_str(self) -> &'static str {
         match self {
@@ -302,6 +326,7 @@ mod tests {
             Internal,
             Unavailable,
         ];
+        assert_eq!(ProblemCode::ALL, &all[..], "ALL lists every code");
         let names: std::collections::HashSet<_> = all.iter().map(|c| c.as_str()).collect();
         assert_eq!(names.len(), all.len());
         assert!(

@@ -12,6 +12,12 @@
 //!   a password and a TOTP secret again.
 //! - [`disable`] (`admin disable --username NAME`): status `disabled`, login
 //!   sessions ended (`user_disabled`).
+//! - [`enable`] (`admin enable --username NAME`; `POST
+//!   /api/v1/persons/{id}/enable`, owners): status `active` again. A rights
+//!   change: dormant grants become valid again, so it raises the permission
+//!   version and checks I6 for the person in the same unit of work
+//!   ([`crate::permissions::i6::check_person`], chapter D-M2-40-5); a violation
+//!   rolls it back and is audited as a `person.enable` deny (`409 i6_violation`).
 //! - [`invite`] (`POST /api/v1/persons`, owners): a person and their code.
 
 use uuid::Uuid;
@@ -25,7 +31,9 @@ use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind};
 use crate::clock::UnixMillis;
 use crate::config::AuthConfig;
 use crate::db::{Db, Engine, UnitOfWork};
+use crate::hosts::HostError;
 use crate::pepper::Pepper;
+use crate::permissions::{self, i6};
 
 /// The key of the PostgreSQL advisory lock that serialises bootstraps (ASCII
 /// `bothyboo`); SQLite serialises every unit of work anyway.
@@ -242,4 +250,78 @@ pub async fn disable(db: &Db, now: UnixMillis, name: &str) -> Result<Disabled, I
         changed,
         sessions_ended,
     })
+}
+
+/// Whom [`enable`] enables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PersonRef<'a> {
+    /// By username (the CLI); unknown is `NotFound`, deleted `person_not_active`.
+    Username(&'a str),
+    /// By ID (the route); unknown or deleted is `NotFound`.
+    Id(Uuid),
+}
+
+/// The outcome of [`enable`].
+#[derive(Debug)]
+pub struct Enabled {
+    /// The person.
+    pub person: Person,
+    /// Whether the status changed (false: active already).
+    pub changed: bool,
+}
+
+/// Enables a disabled person; see the module docs. `actor` is `system` for the
+/// CLI, the owner for the route (which checked the role).
+pub async fn enable(
+    db: &Db,
+    now: UnixMillis,
+    actor: Actor,
+    who: PersonRef<'_>,
+) -> Result<Enabled, HostError> {
+    let mut uow = db.begin(now).await.map_err(IdentityError::from)?;
+    let person = match who {
+        PersonRef::Username(name) => {
+            let person = person_named(&mut uow, &username(name)?).await?;
+            if person.status == PersonStatus::Deleted {
+                return Err(IdentityError::invalid("/username", "person_not_active").into());
+            }
+            person
+        }
+        PersonRef::Id(id) => match persons::get(uow.conn(), id).await? {
+            Some(person) if person.status != PersonStatus::Deleted => person,
+            _ => return Err(IdentityError::NotFound.into()),
+        },
+    };
+    let changed = persons::set_status(&mut uow, person.id, PersonStatus::Active).await?;
+    if changed {
+        permissions::bump_version(&mut uow).await?;
+        if let Err(error) = i6::check_person(&mut uow, person.id).await {
+            return Err(match error {
+                HostError::I6Violation => {
+                    drop(uow);
+                    i6::audit_violation(
+                        db,
+                        now,
+                        AuditAction::PersonEnable,
+                        actor,
+                        Some(crate::audit::Target {
+                            kind: TargetKind::Person,
+                            id: person.id,
+                        }),
+                        AuditDetails::new(),
+                    )
+                    .await
+                }
+                other => other,
+            });
+        }
+    }
+    uow.audit(
+        AuditEntry::allow(AuditAction::PersonEnable, actor)
+            .target(TargetKind::Person, person.id)
+            .details(AuditDetails::new().flag("no_change", !changed)),
+    );
+    let person = reload(&mut uow, person.id).await?;
+    uow.commit().await.map_err(IdentityError::from)?;
+    Ok(Enabled { person, changed })
 }

@@ -148,6 +148,15 @@ pub async fn get(conn: &mut AnyConnection, id: Uuid) -> Result<Option<Group>, Id
     row.map(|row| decode(&row)).transpose()
 }
 
+/// Every group, by name.
+pub async fn list(conn: &mut AnyConnection) -> Result<Vec<Group>, IdentityError> {
+    let rows = sqlx::query("SELECT id, name FROM groups ORDER BY name")
+        .fetch_all(conn)
+        .await
+        .map_err(DbError::from)?;
+    rows.iter().map(decode).collect()
+}
+
 /// The members of a group, by ID.
 pub async fn members(conn: &mut AnyConnection, group_id: Uuid) -> Result<Vec<Uuid>, IdentityError> {
     let rows =

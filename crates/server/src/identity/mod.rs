@@ -142,6 +142,9 @@ code_enum! {
         DeviceRevoked => "device_revoked",
         /// A console request that changes state without the right `X-CSRF-Token`.
         CsrfTokenInvalid => "csrf_token_invalid",
+        /// A person without the capability on the target: not an owner, no valid
+        /// grant directly or through a group (permissions, D-41).
+        NoPermission => "no_permission",
     }
 }
 

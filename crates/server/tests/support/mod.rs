@@ -17,7 +17,7 @@
 //!   with it.
 //! - [`TestDb::postgres`]: a fresh database `bothy_test_<uuid-simple>` on
 //!   `postgres://postgres@127.0.0.1:5432/postgres` (override the server with
-//!   `BOTHY_TEST_POSTGRES_URL`), dropped `WITH (FORCE)` when the value is dropped,
+//!   `TEST_POSTGRES_URL`), dropped `WITH (FORCE)` when the value is dropped,
 //!   also when the test panics. PostgreSQL unreachable is a failure, never a skip.
 #![allow(dead_code)] // every test binary uses a different part
 
@@ -121,7 +121,7 @@ impl TestDb {
 
 /// The URL of the PostgreSQL server of the tests.
 pub fn postgres_admin_url() -> String {
-    std::env::var("BOTHY_TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
+    std::env::var("TEST_POSTGRES_URL").unwrap_or_else(|_| DEFAULT_POSTGRES_URL.to_owned())
 }
 
 /// `url` with its database replaced by `database` (query kept).
@@ -190,12 +190,12 @@ async fn connect_admin(admin_url: &str) -> sqlx::PgConnection {
         Ok(Ok(conn)) => conn,
         Ok(Err(e)) => panic!(
             "PostgreSQL is not reachable at {} ({e}); the PostgreSQL tests need a running \
-             server (set BOTHY_TEST_POSTGRES_URL to use another one)",
+             server (set TEST_POSTGRES_URL to use another one)",
             redacted(admin_url)
         ),
         Err(_) => panic!(
             "PostgreSQL at {} did not answer within 10 s; the PostgreSQL tests need a running \
-             server (set BOTHY_TEST_POSTGRES_URL to use another one)",
+             server (set TEST_POSTGRES_URL to use another one)",
             redacted(admin_url)
         ),
     }

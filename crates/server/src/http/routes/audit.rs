@@ -19,17 +19,22 @@
 //! target?: {kind, id}, details}], "next"?: <cursor>}`, newest first; `next` is
 //! absent on the last page.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use axum::routing::get;
-use axum::{Json, Router};
 use serde_json::{Map, Value, json};
+use utoipa::{IntoParams, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::query::QueryParams;
 use crate::audit::{
-    self, AuditAction, AuditError, AuditFilter, AuditRecord, Decision, PageRequest,
+    self, ActorKind, AuditAction, AuditError, AuditFilter, AuditRecord, Decision, PageRequest,
+    TargetKind,
 };
 use crate::db::{self, DbError};
+use crate::http::api_doc::{Internal, Problem, Unauthenticated, Unavailable};
+use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
 use crate::identity::principal::Principal;
 
@@ -48,10 +53,34 @@ const PARAMETERS: &[&str] = &[
 ];
 
 /// The routes of this file.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/audit", get(list))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(list))
 }
 
+/// The audit log, newest first, filtered and paged (owners).
+///
+/// Denials of this call are audited as `audit.read`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/audit",
+    operation_id = "listAuditEntries",
+    tag = "audit",
+    params(AuditQuery),
+    security(("bearer" = []), ("console_cookie" = [])),
+    responses(
+        (status = 200, description = "One page of entries.", body = AuditPage),
+        (status = 400, description = "`validation_failed` at `/query/<name>`: \
+            `unknown_parameter`, `duplicate_parameter`, `invalid_query` (at `/query`), \
+            `invalid` (not a value of the parameter's list or form) or `out_of_range`.",
+            body = Problem, content_type = PROBLEM_JSON),
+        Unauthenticated,
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app) or `owner_required` (a member); both audited.", body = Problem,
+            content_type = PROBLEM_JSON),
+        Internal,
+        Unavailable,
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -129,4 +158,87 @@ fn audit_error(error: AuditError) -> ApiError {
         }
         other => ApiError::internal(other),
     }
+}
+
+/// The query parameters of `GET /api/v1/audit` (doc-only: [`PARAMETERS`] is
+/// what the handler accepts; each at most once, nothing else).
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AuditQuery {
+    /// Only entries of this action.
+    #[param(required = false)]
+    pub action: AuditAction,
+    /// Only allowed or only denied actions.
+    #[param(required = false)]
+    pub decision: Decision,
+    /// Only entries of this actor.
+    #[param(required = false, format = "uuid")]
+    pub actor_id: String,
+    /// Only entries about this target.
+    #[param(required = false, format = "uuid")]
+    pub target_id: String,
+    /// Only entries at or after this time (Unix ms).
+    #[param(required = false, minimum = 0)]
+    pub from: i64,
+    /// Only entries before this time (Unix ms).
+    #[param(required = false, minimum = 0)]
+    pub until: i64,
+    /// The cursor: `next` of the previous page.
+    #[param(required = false, format = "uuid")]
+    pub before: String,
+    /// The page size, 1 to 500; default 100.
+    #[param(required = false, minimum = 1, maximum = 500)]
+    pub limit: u32,
+}
+
+/// `GET /api/v1/audit` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct AuditPage {
+    /// Newest first.
+    pub entries: Vec<AuditEntry>,
+    /// The cursor of the next page (pass it as `before`); absent on the last page.
+    #[schema(required = false, format = "uuid")]
+    pub next: String,
+}
+
+/// One audit entry (spec 24 section 10.1; doc-only).
+#[derive(Debug, ToSchema)]
+pub struct AuditEntry {
+    /// The entry's ID.
+    #[schema(format = "uuid")]
+    pub id: String,
+    /// When (Unix ms).
+    pub at: i64,
+    /// What was done.
+    pub action: AuditAction,
+    /// `allow` or `deny`.
+    pub decision: Decision,
+    /// Who acted.
+    pub actor: AuditActor,
+    /// What it was done to; absent when nothing in particular.
+    #[schema(required = false)]
+    pub target: AuditTarget,
+    /// Typed details of the action (codes, IDs, counts, flags; never content).
+    #[schema(value_type = Object)]
+    pub details: Value,
+}
+
+/// The actor of an audit entry (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct AuditActor {
+    /// The actor's kind.
+    pub kind: ActorKind,
+    /// The actor's ID; absent for `system`.
+    #[schema(required = false, format = "uuid")]
+    pub id: String,
+}
+
+/// The target of an audit entry (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct AuditTarget {
+    /// The target's kind.
+    pub kind: TargetKind,
+    /// The target's ID.
+    #[schema(format = "uuid")]
+    pub id: String,
 }

@@ -16,40 +16,49 @@
 //! (with `Retry-After` and `retry_after`) before any check, and only a failed
 //! check takes a token.
 
+use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::http::header::SET_COOKIE;
 use axum::response::{AppendHeaders, IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use bothy_proto::json::Object;
 use bothy_proto::jwk::Ed25519PublicJwk;
 use serde_json::{Value, json};
+use utoipa::openapi::schema::{Object as SchemaObject, OneOfBuilder, Schema};
+use utoipa::openapi::{Ref, RefOr};
+use utoipa::{PartialSchema, ToSchema};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::body::{ClientAddr, JsonBody, path_id, read_conn};
 use crate::audit::AuditAction;
 use crate::db;
+use crate::http::api_doc::{
+    self, Internal, NotFound, PayloadTooLarge, Problem, RateLimited, ServiceKind, Unauthenticated,
+    Unavailable, UnsupportedMediaType, ValidationFailed,
+};
+use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
 use crate::identity::console;
 use crate::identity::devices::DeviceName;
-use crate::identity::login_sessions::{self, ClientComponent, LoginRequest, SecondFactor};
+use crate::identity::login_sessions::{self, ClientComponent, SecondFactor};
 use crate::identity::password::Password;
 use crate::identity::principal::Principal;
 use crate::identity::step_up::{self, StepUpMethod, StepUpRefusal};
 use crate::identity::totp::TotpCode;
-use crate::identity::{IdentityError, enrollment};
+use crate::identity::{IdentityError, PrincipalKind, Role, enrollment};
 
 /// The routes of this file.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/auth/enroll", post(enroll))
-        .route("/api/v1/auth/enroll/confirm", post(enroll_confirm))
-        .route("/api/v1/auth/login", post(login))
-        .route("/api/v1/auth/session", get(session))
-        .route("/api/v1/auth/logout", post(logout))
-        .route("/api/v1/auth/sessions", get(sessions))
-        .route("/api/v1/auth/sessions/{id}/revoke", post(revoke_session))
-        .route("/api/v1/auth/step-up", post(create_step_up))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(enroll))
+        .routes(routes!(enroll_confirm))
+        .routes(routes!(login))
+        .routes(routes!(session))
+        .routes(routes!(logout))
+        .routes(routes!(sessions))
+        .routes(routes!(revoke_session))
+        .routes(routes!(create_step_up))
 }
 
 /// `429` before any check when the client's bucket is empty.
@@ -84,6 +93,32 @@ pub(super) fn charged<T>(
     })
 }
 
+/// Starts an enrollment with a one-time code: sets the password and a pending
+/// TOTP secret (public).
+///
+/// Add `otpauth_uri` to an authenticator app, then confirm with its current code
+/// (`POST /api/v1/auth/enroll/confirm`). Enrolling again before confirming
+/// replaces the pending secret.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/enroll",
+    operation_id = "enroll",
+    tag = "auth",
+    request_body = EnrollRequest,
+    responses(
+        (status = 200, description = "The password is set; the TOTP secret is pending.",
+            body = EnrollResponse),
+        (status = 400, description = "`validation_failed`: the body codes, or `/password` \
+            `too_short` or `too_long`.", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "`unauthenticated`: the code is unknown, used or \
+            expired (audited).", body = Problem, content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn enroll(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -116,6 +151,28 @@ async fn enroll(
     })))
 }
 
+/// Confirms an enrollment with a current TOTP code, which spends the one-time
+/// code (public).
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/enroll/confirm",
+    operation_id = "confirmEnrollment",
+    tag = "auth",
+    request_body = ConfirmEnrollmentRequest,
+    responses(
+        (status = 200, description = "Enrolled: the person can log in.",
+            body = ConfirmEnrollmentResponse),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated`: the code is unknown, used or \
+            expired, or the TOTP code is wrong or used (audited; the same body).",
+            body = Problem, content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn enroll_confirm(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -146,6 +203,35 @@ async fn enroll_confirm(
     })))
 }
 
+/// Logs in from the CLI with password and TOTP, and registers the device key
+/// (public).
+///
+/// The access token authenticates later calls as `Authorization: Bearer`. A key
+/// seen before is the same device (renamed to `device_name`).
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/login",
+    operation_id = "login",
+    tag = "auth",
+    request_body = LoginRequest,
+    responses(
+        (status = 200, description = "Logged in: a new login session on the device.",
+            body = LoginResponse),
+        (status = 400, description = "`validation_failed`: the body codes, \
+            `/device_public_key` `invalid_key` or `/device_name` `invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        (status = 401, description = "`unauthenticated`: any wrong part (username, password, \
+            TOTP code, a person not active or not enrolled; audited; always the same body).",
+            body = Problem, content_type = PROBLEM_JSON),
+        (status = 403, description = "`forbidden` reason `device_revoked`: the key's device \
+            was revoked; log in with a new key.", body = Problem, content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn login(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -177,7 +263,7 @@ async fn login(
     let device_name = DeviceName::parse(object.str("device_name")?).ok_or_else(|| {
         ApiError::new(ProblemCode::ValidationFailed).with_error("/device_name", "invalid")
     })?;
-    let request = LoginRequest {
+    let request = login_sessions::LoginRequest {
         username,
         password,
         second_factor: SecondFactor::Totp(totp),
@@ -205,10 +291,45 @@ async fn login(
     })))
 }
 
+/// Who the caller is ("whoami"): a person in a login session, or an agent or app
+/// with an API token.
+#[utoipa::path(
+    get,
+    path = "/api/v1/auth/session",
+    operation_id = "getSession",
+    tag = "auth",
+    security(("bearer" = []), ("console_cookie" = [])),
+    responses(
+        (status = 200, description = "The principal.", body = SessionResponse),
+        Unauthenticated,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn session(principal: Principal) -> Json<Value> {
     Json(principal.to_json())
 }
 
+/// Ends the caller's login session (persons); a console session's cookie is
+/// cleared.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/logout",
+    operation_id = "logout",
+    tag = "auth",
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 204, description = "Logged out. A console session also gets a `Set-Cookie` \
+            that clears its cookie.", headers(("Set-Cookie" = String,
+            description = "Console sessions only: clears the session cookie."))),
+        Unauthenticated,
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app, audited) or `csrf_token_invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        Internal,
+        Unavailable,
+    )
+)]
 async fn logout(State(state): State<AppState>, principal: Principal) -> Result<Response, ApiError> {
     let now = state.clock().now_ms();
     let person = principal
@@ -222,6 +343,22 @@ async fn logout(State(state): State<AppState>, principal: Principal) -> Result<R
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// The caller's live login sessions; an owner's list holds everyone's.
+#[utoipa::path(
+    get,
+    path = "/api/v1/auth/sessions",
+    operation_id = "listLoginSessions",
+    tag = "auth",
+    security(("bearer" = []), ("console_cookie" = [])),
+    responses(
+        (status = 200, description = "The live login sessions.", body = LoginSessionList),
+        Unauthenticated,
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed`: an agent \
+            or app (audited).", body = Problem, content_type = PROBLEM_JSON),
+        Internal,
+        Unavailable,
+    )
+)]
 async fn sessions(
     State(state): State<AppState>,
     principal: Principal,
@@ -240,6 +377,25 @@ async fn sessions(
     Ok(Json(json!({ "sessions": sessions })))
 }
 
+/// Ends one of the caller's login sessions (owners: anyone's).
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/sessions/{id}/revoke",
+    operation_id = "revokeLoginSession",
+    tag = "auth",
+    params(("id" = String, Path, format = "uuid", description = "The login session's ID.")),
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 204, description = "Ended (also when it had ended already)."),
+        Unauthenticated,
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app, audited) or `csrf_token_invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        NotFound,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn revoke_session(
     State(state): State<AppState>,
     principal: Principal,
@@ -254,6 +410,37 @@ async fn revoke_session(
     Ok(StatusCode::NO_CONTENT)
 }
 
+/// Steps up the caller's login session: with a TOTP code (CLI) or a passkey
+/// assertion (console; challenge from `POST /api/v1/auth/step-up/passkey/start`).
+///
+/// The step-up belongs to this login session, lasts `terminal.step_up_max_age`
+/// and is consumed by exactly one action that requires it.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/step-up",
+    operation_id = "stepUp",
+    tag = "auth",
+    request_body = StepUpRequest,
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 200, description = "Stepped up.", body = StepUpResponse),
+        (status = 400, description = "`validation_failed`: the body codes, or `/method` \
+            `unknown_method`.", body = Problem, content_type = PROBLEM_JSON),
+        (status = 401, description = "`unauthenticated` (no valid credential), or \
+            `step_up_required` with reason `totp_invalid` (a wrong or used code: ask for a new \
+            one), `passkey_required` (a console session offered TOTP) or `passkey_invalid` \
+            (the assertion or its challenge did not verify); refusals are audited.",
+            body = Problem, content_type = PROBLEM_JSON),
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app, audited) or `csrf_token_invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn create_step_up(
     State(state): State<AppState>,
     principal: Principal,
@@ -299,4 +486,214 @@ async fn create_step_up(
         "step_up_id": db::id_text(&created.id),
         "expires_at": created.expires_at,
     })))
+}
+
+/// `POST /api/v1/auth/enroll` (doc-only; the handler reads exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct EnrollRequest {
+    /// The one-time enrollment code `bothy_ec_...`.
+    pub code: String,
+    /// The new password: 12 to 256 characters.
+    #[schema(format = Password, min_length = 12, max_length = 256)]
+    pub password: String,
+}
+
+/// `200` of `POST /api/v1/auth/enroll` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct EnrollResponse {
+    /// The person's principal ID.
+    #[schema(format = "uuid")]
+    pub person_id: String,
+    /// The username.
+    pub username: String,
+    /// The pending TOTP secret as an `otpauth://totp/...` URI.
+    pub otpauth_uri: String,
+    /// When the enrollment code expires (Unix ms).
+    pub code_expires_at: i64,
+}
+
+/// `POST /api/v1/auth/enroll/confirm` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct ConfirmEnrollmentRequest {
+    /// The one-time enrollment code of `enroll`.
+    pub code: String,
+    /// The authenticator app's current 6-digit code.
+    #[schema(example = "123456")]
+    pub totp: String,
+}
+
+/// `200` of `POST /api/v1/auth/enroll/confirm` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct ConfirmEnrollmentResponse {
+    /// The person's principal ID.
+    #[schema(format = "uuid")]
+    pub person_id: String,
+    /// The username.
+    pub username: String,
+}
+
+/// `POST /api/v1/auth/login` (doc-only; DESIGN 3.4 pins these members).
+#[derive(Debug, ToSchema)]
+pub struct LoginRequest {
+    /// The username (case-insensitive).
+    pub username: String,
+    /// The password.
+    #[schema(format = Password)]
+    pub password: String,
+    /// The current 6-digit TOTP code.
+    #[schema(example = "123456")]
+    pub totp: String,
+    /// The device's raw Ed25519 public key (32 bytes), base64url without padding.
+    pub device_public_key: String,
+    /// A name for the device (shown in `GET /api/v1/devices`).
+    pub device_name: String,
+}
+
+/// `200` of `POST /api/v1/auth/login` (doc-only; DESIGN 3.4 pins these members).
+#[derive(Debug, ToSchema)]
+pub struct LoginResponse {
+    /// The opaque access token `bothy_at_...` (`Authorization: Bearer`).
+    pub access_token: String,
+    /// The new login session.
+    #[schema(format = "uuid")]
+    pub login_session_id: String,
+    /// The device of `device_public_key`.
+    #[schema(format = "uuid")]
+    pub device_id: String,
+    /// When the login session expires (Unix ms).
+    pub expires_at: i64,
+}
+
+/// `200` of `GET /api/v1/auth/session` (doc-only; `Principal::to_json`): a
+/// [`PersonSession`] or a [`ServiceSession`].
+#[derive(Debug)]
+pub struct SessionResponse;
+
+impl PartialSchema for SessionResponse {
+    fn schema() -> RefOr<Schema> {
+        let one_of = OneOfBuilder::new()
+            .item(Ref::from_schema_name(PersonSession::name()))
+            .item(Ref::from_schema_name(ServiceSession::name()))
+            .description(Some(
+                "A person in a login session, or an agent or app with an API token.",
+            ))
+            .build();
+        RefOr::T(Schema::OneOf(one_of))
+    }
+}
+
+impl ToSchema for SessionResponse {
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        schemas.push((PersonSession::name().into_owned(), PersonSession::schema()));
+        PersonSession::schemas(schemas);
+        schemas.push((
+            ServiceSession::name().into_owned(),
+            ServiceSession::schema(),
+        ));
+        ServiceSession::schemas(schemas);
+    }
+}
+
+/// A person in a login session (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct PersonSession {
+    /// The person's principal ID.
+    #[schema(format = "uuid")]
+    pub principal_id: String,
+    /// `person`.
+    #[schema(schema_with = person_kind)]
+    pub kind: String,
+    /// The username.
+    pub username: String,
+    /// `owner` or `member`.
+    pub role: Role,
+    /// The login session of the credential.
+    #[schema(format = "uuid")]
+    pub login_session_id: String,
+    /// The device of a CLI login; `null` for the console.
+    #[schema(required = true, format = "uuid")]
+    pub device_id: Option<String>,
+    /// `cli` or `console`.
+    pub client_component: ClientComponent,
+    /// When the login session expires (Unix ms).
+    pub expires_at: i64,
+}
+
+/// An agent or app with an API token (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct ServiceSession {
+    /// The principal's ID.
+    #[schema(format = "uuid")]
+    pub principal_id: String,
+    /// `agent` or `app`.
+    pub kind: ServiceKind,
+    /// The name the owner gave it.
+    pub name: String,
+    /// The API token used.
+    #[schema(format = "uuid")]
+    pub token_id: String,
+}
+
+/// `200` of `GET /api/v1/auth/sessions` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct LoginSessionList {
+    /// The live login sessions.
+    pub sessions: Vec<LoginSession>,
+}
+
+/// A live login session (doc-only; `login_sessions::LoginSession::to_json`).
+#[derive(Debug, ToSchema)]
+pub struct LoginSession {
+    /// The login session's ID.
+    #[schema(format = "uuid")]
+    pub id: String,
+    /// Whose session it is.
+    #[schema(format = "uuid")]
+    pub person_id: String,
+    /// Their username.
+    pub username: String,
+    /// The device of a CLI login; `null` for the console.
+    #[schema(required = true, format = "uuid")]
+    pub device_id: Option<String>,
+    /// `cli` or `console`.
+    pub client_component: ClientComponent,
+    /// When it was created (Unix ms).
+    pub created_at: i64,
+    /// When it expires (Unix ms).
+    pub expires_at: i64,
+    /// Whether it is the caller's own session.
+    pub current: bool,
+}
+
+/// `POST /api/v1/auth/step-up` (doc-only; the handler reads exactly these
+/// members). `method: "totp"` takes `code`; `method: "webauthn"` takes
+/// `challenge_id` and `credential`.
+#[derive(Debug, ToSchema)]
+pub struct StepUpRequest {
+    /// `totp` (CLI) or `webauthn` (console).
+    pub method: StepUpMethod,
+    /// `totp`: the current 6-digit TOTP code.
+    #[schema(required = false, example = "123456")]
+    pub code: String,
+    /// `webauthn`: the `challenge_id` of `POST /api/v1/auth/step-up/passkey/start`.
+    #[schema(required = false, format = "uuid")]
+    pub challenge_id: String,
+    /// `webauthn`: the browser's `PublicKeyCredential` (assertion) as JSON, without
+    /// `null` members.
+    #[schema(required = false, value_type = Object)]
+    pub credential: Value,
+}
+
+/// `200` of `POST /api/v1/auth/step-up` (doc-only; DESIGN 3.4 pins these members).
+#[derive(Debug, ToSchema)]
+pub struct StepUpResponse {
+    /// The step-up, to pass as `step_up_id` to the action that requires it.
+    #[schema(format = "uuid")]
+    pub step_up_id: String,
+    /// The last moment it can be consumed (Unix ms).
+    pub expires_at: i64,
+}
+
+fn person_kind() -> SchemaObject {
+    api_doc::string_enum([PrincipalKind::Person.as_str()])
 }

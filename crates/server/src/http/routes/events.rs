@@ -30,7 +30,8 @@
 //! Each delivery is checked when it arrives, against the principal's state read
 //! again then (the same [`principal::authenticate`] every request uses):
 //! [`Audience::Person`] only that person, [`Audience::Owners`] active owners,
-//! [`Audience::HostReaders`] whoever [`may_read_host`]. A login session that
+//! [`Audience::HostReaders`] whoever [`may_read_host`] (the one host.read of
+//! [`crate::permissions::authorize`]). A login session that
 //! ended (logout, revocation, expiry, device revoked, person disabled) closes the
 //! socket with 4012 `credential_revoked` at the next delivery that might have
 //! reached it; events addressed to someone else never cause a read.
@@ -51,14 +52,12 @@
 
 use std::time::Duration;
 
-use axum::Router;
 use axum::extract::State;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
-use axum::routing::get;
 use bothy_proto::codes::CloseCode;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
@@ -67,39 +66,59 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
-use uuid::Uuid;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use zeroize::Zeroizing;
 
 use super::query::{QueryParams, invalid};
 use crate::audit::AuditAction;
-use crate::db::{Db, DbError};
 use crate::events::{self, Audience, Delivery, EventPosition, EventsError};
+use crate::http::api_doc::{Internal, Problem, Unauthenticated, Unavailable};
+use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
 use crate::identity::principal::{self, PersonPrincipal, Principal};
 use crate::identity::{AuthFailure, IdentityError};
 use crate::metrics::Metrics;
+use crate::permissions::authorize::may_read_host;
 use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
 
 /// The routes of this file.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/events", get(subscribe))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new().routes(routes!(subscribe))
 }
 
-/// host.read on `host_id` — the one place that decides it (DESIGN 3.3:
-/// `host.updated` and `host.presence_changed` go to everyone with host.read).
+/// The event stream of the caller (WebSocket; persons, `Bearer` only).
 ///
-/// Today it is exactly "the person is an active owner" (the caller passes a
-/// principal read just now, so `active` holds). The hosts issue extends this
-/// function, and only this function: the person who is the host's
-/// `assigned_user_id` reads it too, which needs the hosts table (hence `db`).
-pub async fn may_read_host(
-    _db: &Db,
-    principal: &PersonPrincipal,
-    _host_id: Uuid,
-) -> Result<bool, DbError> {
-    Ok(principal.is_owner())
-}
-
+/// Server-to-client text frames: first `{"op":"ready","d":{"position"}}`, then
+/// `{"op":"event","d":{"position","kind","at","payload"}}` for durable events
+/// (in position order, without gaps) and `{"op":"event","d":{"kind","at","payload"}}`
+/// for ephemeral ones. The client sends no data frames. Close codes: 4002
+/// `invalid_message`, 4012 `credential_revoked`, 4013 `server_shutdown`, 4014
+/// `slow_consumer`, 4000 `unknown_error`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    operation_id = "subscribeEvents",
+    tag = "events",
+    params(
+        ("after" = Option<i64>, Query, minimum = 0, description = "Resume after this \
+            position (at most the log's current end); without it the stream starts at the \
+            current end (only new events)."),
+    ),
+    security(("bearer" = [])),
+    responses(
+        (status = 101, description = "Switching Protocols: the WebSocket is open."),
+        (status = 400, description = "`validation_failed`: `/query/after` `invalid` or \
+            `out_of_range` (beyond the log's end), `/query/<name>` `unknown_parameter` or \
+            `duplicate_parameter`, or `/headers/upgrade` `websocket_upgrade_required` (not a \
+            WebSocket upgrade).", body = Problem, content_type = PROBLEM_JSON),
+        Unauthenticated,
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed`: an agent \
+            or app (audited as `events.read`).", body = Problem, content_type = PROBLEM_JSON),
+        Internal,
+        Unavailable,
+    )
+)]
 async fn subscribe(
     State(state): State<AppState>,
     principal: Principal,
@@ -419,12 +438,21 @@ impl EventSocket {
         match audience {
             Audience::Person(id) => Ok(id == fresh.person_id),
             Audience::Owners => Ok(fresh.is_owner()),
-            Audience::HostReaders(host_id) => may_read_host(state.db(), &fresh, host_id)
-                .await
-                .map_err(|error| {
+            Audience::HostReaders(host_id) => {
+                let unknown = |error: &dyn std::fmt::Display| {
                     tracing::warn!(%error, "the events stream cannot check host.read");
                     CloseCode::UnknownError
-                }),
+                };
+                let mut conn = state
+                    .db()
+                    .pool()
+                    .acquire()
+                    .await
+                    .map_err(|error| unknown(&error))?;
+                may_read_host(&mut conn, &Principal::Person(fresh), host_id, now)
+                    .await
+                    .map_err(|error| unknown(&error))
+            }
         }
     }
 }

@@ -10,8 +10,12 @@
 //! - [`devices`]: the caller's devices (owners: everyone's) and their revocation.
 //! - [`tokens`]: API tokens of agents and apps (owners).
 //! - [`audit`]: `GET /api/v1/audit`, the audit log with filters and paging (owners).
-//! - [`events`]: `GET /api/v1/events`, the event stream WebSocket, and
-//!   [`events::may_read_host`] (host.read).
+//! - [`events`]: `GET /api/v1/events`, the event stream WebSocket.
+//! - [`grants`]: grants terminal on hosts (owners).
+//! - [`groups`]: groups of persons and their members (owners).
+//! - [`host_manage`]: updateHost and setHostLlmCredentials (owners).
+//! - [`hosts`]: createHost, issueHostPairingCode, host.pair, confirmHost, and
+//!   reading hosts (host.read).
 //! - [`query`]: strict query parameters (`/query/<name>` pointers).
 
 pub mod audit;
@@ -19,18 +23,22 @@ pub mod auth;
 pub mod body;
 pub mod devices;
 pub mod events;
+pub mod grants;
+pub mod groups;
+pub mod host_manage;
+pub mod hosts;
 pub mod passkeys;
 pub mod persons;
 pub mod query;
 pub mod tokens;
 
-use axum::Router;
+use utoipa_axum::router::OpenApiRouter;
 
 use super::AppState;
 
-/// Every route of this module.
-pub fn router() -> Router<AppState> {
-    Router::new()
+/// Every route of this module, with its OpenAPI operations.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
         .merge(auth::router())
         .merge(passkeys::router())
         .merge(persons::router())
@@ -38,4 +46,8 @@ pub fn router() -> Router<AppState> {
         .merge(tokens::router())
         .merge(audit::router())
         .merge(events::router())
+        .merge(grants::router())
+        .merge(groups::router())
+        .merge(host_manage::router())
+        .merge(hosts::router())
 }

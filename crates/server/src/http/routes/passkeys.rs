@@ -14,18 +14,25 @@
 //! challenge_id, credential}` ([`super::auth`]). The public calls and the
 //! step-up are limited by `rl.public_auth` like the CLI's login.
 
+use axum::Json;
 use axum::extract::State;
 use axum::http::header::SET_COOKIE;
 use axum::response::{AppendHeaders, IntoResponse};
-use axum::routing::post;
-use axum::{Json, Router};
 use bothy_proto::json::Object;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use super::auth::{charged, gate};
 use super::body::{ClientAddr, JsonBody};
 use crate::audit::AuditAction;
 use crate::db;
+use crate::http::api_doc::{
+    Internal, PayloadTooLarge, Problem, RateLimited, Unavailable, UnsupportedMediaType,
+    ValidationFailed,
+};
+use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState};
 use crate::identity::console::{self, ConsoleLogin};
 use crate::identity::passkey::{self, Started};
@@ -34,15 +41,15 @@ use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::step_up::CreatedStepUp;
 
 /// The routes of this file.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/auth/enroll/passkey/start", post(enroll_start))
-        .route("/api/v1/auth/enroll/passkey/finish", post(enroll_finish))
-        .route("/api/v1/auth/passkeys/start", post(register_start))
-        .route("/api/v1/auth/passkeys/finish", post(register_finish))
-        .route("/api/v1/auth/console/login/start", post(login_start))
-        .route("/api/v1/auth/console/login/finish", post(login_finish))
-        .route("/api/v1/auth/step-up/passkey/start", post(step_up_start))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(enroll_start))
+        .routes(routes!(enroll_finish))
+        .routes(routes!(register_start))
+        .routes(routes!(register_finish))
+        .routes(routes!(login_start))
+        .routes(routes!(login_finish))
+        .routes(routes!(step_up_start))
 }
 
 fn started(started: Started) -> Json<Value> {
@@ -52,6 +59,27 @@ fn started(started: Started) -> Json<Value> {
     }))
 }
 
+/// Starts registering a passkey during enrollment, with the one-time code
+/// (public).
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/enroll/passkey/start",
+    operation_id = "startPasskeyEnrollment",
+    tag = "passkeys",
+    request_body = PasskeyEnrollStartRequest,
+    responses(
+        (status = 200, description = "A registration challenge (5 minutes, single use).",
+            body = PasskeyChallenge),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated`: the code is unknown, used or \
+            expired (audited).", body = Problem, content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn enroll_start(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -65,6 +93,26 @@ async fn enroll_start(
     Ok(started(charged(&state, client, now, result)?))
 }
 
+/// Finishes registering a passkey during enrollment (public).
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/enroll/passkey/finish",
+    operation_id = "finishPasskeyEnrollment",
+    tag = "passkeys",
+    request_body = PasskeyEnrollFinishRequest,
+    responses(
+        (status = 200, description = "The passkey is registered.", body = PasskeyRegistered),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated`: the code, the challenge (unknown, \
+            used, expired, or for something else) or the attestation is not valid (audited; \
+            the challenge is spent either way).", body = Problem, content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn enroll_finish(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -99,6 +147,31 @@ async fn person<'a>(
     Ok(principal.require_person(state.db(), now, action).await?)
 }
 
+/// Starts adding a passkey for the caller, after a fresh TOTP step-up that
+/// this consumes.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/passkeys/start",
+    operation_id = "startPasskeyRegistration",
+    tag = "passkeys",
+    request_body = PasskeyRegisterStartRequest,
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 200, description = "A registration challenge (5 minutes, single use).",
+            body = PasskeyChallenge),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated` (no valid credential), or \
+            `step_up_required`: the step-up is missing, of another login session, expired or \
+            consumed (audited).", body = Problem, content_type = PROBLEM_JSON),
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app, audited) or `csrf_token_invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn register_start(
     State(state): State<AppState>,
     principal: Principal,
@@ -112,6 +185,30 @@ async fn register_start(
     Ok(started(result?))
 }
 
+/// Finishes adding a passkey for the caller.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/passkeys/finish",
+    operation_id = "finishPasskeyRegistration",
+    tag = "passkeys",
+    request_body = PasskeyFinishRequest,
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 200, description = "The passkey is registered.", body = PasskeyRegistered),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated`: no valid credential, or the \
+            challenge or the attestation is not valid (audited).", body = Problem,
+            content_type = PROBLEM_JSON),
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app, audited) or `csrf_token_invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn register_finish(
     State(state): State<AppState>,
     principal: Principal,
@@ -136,6 +233,28 @@ async fn register_finish(
     Ok(Json(json!({ "passkey_id": db::id_text(&passkey_id) })))
 }
 
+/// Starts a web console login: an assertion challenge for the person's passkeys
+/// (public).
+///
+/// An unknown username, or one without passkeys, gets options of the same shape
+/// and fails at the finish: the answer does not tell whether the account exists.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/console/login/start",
+    operation_id = "startConsoleLogin",
+    tag = "passkeys",
+    request_body = ConsoleLoginStartRequest,
+    responses(
+        (status = 200, description = "An assertion challenge (5 minutes, single use).",
+            body = PasskeyChallenge),
+        ValidationFailed,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn login_start(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -150,6 +269,31 @@ async fn login_start(
     Ok(started(result?))
 }
 
+/// Finishes a web console login with password and passkey (public).
+///
+/// The session token travels only as the cookie `bothy_session`; state-changing
+/// requests with it carry `csrf_token` in the CSRF header.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/console/login/finish",
+    operation_id = "finishConsoleLogin",
+    tag = "passkeys",
+    request_body = ConsoleLoginFinishRequest,
+    responses(
+        (status = 200, description = "Logged in: a console login session.",
+            body = ConsoleLoginResponse, headers(("Set-Cookie" = String,
+            description = "`bothy_session=...; HttpOnly; Secure; SameSite=Strict; Path=/`."))),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated`: any wrong part (username, password, \
+            challenge, assertion; audited; always the same body).", body = Problem,
+            content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn login_finish(
     State(state): State<AppState>,
     client: ClientAddr,
@@ -181,6 +325,27 @@ async fn login_finish(
     ))
 }
 
+/// Starts a passkey step-up of the caller's login session; finish it with
+/// `POST /api/v1/auth/step-up` `{method: "webauthn", challenge_id, credential}`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/step-up/passkey/start",
+    operation_id = "startPasskeyStepUp",
+    tag = "passkeys",
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 200, description = "An assertion challenge (5 minutes, single use).",
+            body = PasskeyChallenge),
+        (status = 401, description = "`unauthenticated` (no valid credential), or \
+            `step_up_required` reason `passkey_invalid`: the person has no passkey (audited).",
+            body = Problem, content_type = PROBLEM_JSON),
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app, audited) or `csrf_token_invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        Internal,
+        Unavailable,
+    )
+)]
 async fn step_up_start(
     State(state): State<AppState>,
     principal: Principal,
@@ -212,4 +377,103 @@ pub(super) async fn step_up_finish(
     )
     .await;
     charged(state, client, now, result)
+}
+
+/// A WebAuthn challenge (doc-only): pass `options` to the browser's
+/// `navigator.credentials.create()` or `.get()`, and `challenge_id` to the finish.
+#[derive(Debug, ToSchema)]
+pub struct PasskeyChallenge {
+    /// The challenge (5 minutes, single use).
+    #[schema(format = "uuid")]
+    pub challenge_id: String,
+    /// `CreationChallengeResponse` (registration) or `RequestChallengeResponse`
+    /// (assertion) of WebAuthn, as JSON.
+    #[schema(value_type = Object)]
+    pub options: Value,
+}
+
+/// A registered passkey (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct PasskeyRegistered {
+    /// The new passkey's ID.
+    #[schema(format = "uuid")]
+    pub passkey_id: String,
+}
+
+/// `POST /api/v1/auth/enroll/passkey/start` (doc-only; exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct PasskeyEnrollStartRequest {
+    /// The one-time enrollment code `bothy_ec_...`.
+    pub code: String,
+}
+
+/// `POST /api/v1/auth/enroll/passkey/finish` (doc-only; exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct PasskeyEnrollFinishRequest {
+    /// The one-time enrollment code of the start.
+    pub code: String,
+    /// The challenge of the start.
+    #[schema(format = "uuid")]
+    pub challenge_id: String,
+    /// The browser's `PublicKeyCredential` (attestation) as JSON, without `null`
+    /// members.
+    #[schema(value_type = Object)]
+    pub credential: Value,
+}
+
+/// `POST /api/v1/auth/passkeys/start` (doc-only; exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct PasskeyRegisterStartRequest {
+    /// A fresh TOTP step-up of this login session; consumed.
+    #[schema(format = "uuid")]
+    pub step_up_id: String,
+}
+
+/// `POST /api/v1/auth/passkeys/finish` (doc-only; exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct PasskeyFinishRequest {
+    /// The challenge of the start.
+    #[schema(format = "uuid")]
+    pub challenge_id: String,
+    /// The browser's `PublicKeyCredential` (attestation) as JSON, without `null`
+    /// members.
+    #[schema(value_type = Object)]
+    pub credential: Value,
+}
+
+/// `POST /api/v1/auth/console/login/start` (doc-only; exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct ConsoleLoginStartRequest {
+    /// The username.
+    pub username: String,
+}
+
+/// `POST /api/v1/auth/console/login/finish` (doc-only; exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct ConsoleLoginFinishRequest {
+    /// The username of the start.
+    pub username: String,
+    /// The password.
+    #[schema(format = Password)]
+    pub password: String,
+    /// The challenge of the start.
+    #[schema(format = "uuid")]
+    pub challenge_id: String,
+    /// The browser's `PublicKeyCredential` (assertion, user verification
+    /// required) as JSON, without `null` members.
+    #[schema(value_type = Object)]
+    pub credential: Value,
+}
+
+/// `200` of `POST /api/v1/auth/console/login/finish` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct ConsoleLoginResponse {
+    /// The new console login session.
+    #[schema(format = "uuid")]
+    pub login_session_id: String,
+    /// When it expires (Unix ms).
+    pub expires_at: i64,
+    /// The CSRF token: send it in the CSRF header with every request that is not
+    /// GET or HEAD.
+    pub csrf_token: String,
 }

@@ -4,28 +4,65 @@
 //! |---|---|---|
 //! | `POST /persons` | `username`, `role` (`owner` or `member`) | 201: `person` {`id`, `username`, `role`, `status`, `enrolled`, `created_at`}, `enrollment_code` (shown once), `enrollment_expires_at` |
 //! | `GET /persons` | — | `persons[]` |
+//! | `POST /persons/{id}/enable` | — | 200: `person`, `changed`; `409 i6_violation` if a grant of theirs would break I6 |
 //!
 //! The invited person enrolls with the code (`POST /api/v1/auth/enroll`).
 
-use axum::extract::State;
+use axum::Json;
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::routing::get;
-use axum::{Json, Router};
 use bothy_proto::json::Object;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
-use super::body::{JsonBody, read_conn};
+use super::body::{JsonBody, path_id, read_conn};
 use crate::audit::AuditAction;
+use crate::http::api_doc::{
+    Internal, NotFound, PayloadTooLarge, Problem, Unauthenticated, Unavailable,
+    UnsupportedMediaType, ValidationFailed,
+};
+use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
+use crate::identity::admin::PersonRef;
 use crate::identity::persons::{self, Username};
 use crate::identity::principal::Principal;
-use crate::identity::{Role, admin};
+use crate::identity::{PersonStatus, Role, admin};
 
 /// The routes of this file.
-pub fn router() -> Router<AppState> {
-    Router::new().route("/api/v1/persons", get(list).post(invite))
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(list, invite))
+        .routes(routes!(enable))
 }
 
+/// Invites a person: creates them with a one-time enrollment code (owners).
+///
+/// The code is shown only in this answer; the person enrolls with it
+/// (`POST /api/v1/auth/enroll`) before `enrollment_expires_at`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/persons",
+    operation_id = "invitePerson",
+    tag = "persons",
+    request_body = InvitePersonRequest,
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 201, description = "Invited.", body = InvitedPerson),
+        ValidationFailed,
+        Unauthenticated,
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app), `owner_required` (a member; both audited) or `csrf_token_invalid`.",
+            body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "`conflict` reason `username_taken` (compared \
+            case-insensitively).", body = Problem, content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        Internal,
+        Unavailable,
+    )
+)]
 async fn invite(
     State(state): State<AppState>,
     principal: Principal,
@@ -65,6 +102,23 @@ async fn invite(
     ))
 }
 
+/// Every person (owners).
+#[utoipa::path(
+    get,
+    path = "/api/v1/persons",
+    operation_id = "listPersons",
+    tag = "persons",
+    security(("bearer" = []), ("console_cookie" = [])),
+    responses(
+        (status = 200, description = "The persons.", body = PersonList),
+        Unauthenticated,
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app) or `owner_required` (a member); both audited.", body = Problem,
+            content_type = PROBLEM_JSON),
+        Internal,
+        Unavailable,
+    )
+)]
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
@@ -83,4 +137,106 @@ async fn list(
         .map(persons::Person::to_json)
         .collect();
     Ok(Json(json!({ "persons": persons })))
+}
+
+/// Enables a disabled person again (owners).
+///
+/// A rights change: their dormant grants hold again, so the permission version
+/// rises and the invariant I6 is checked for them in the same unit of work.
+#[utoipa::path(
+    post,
+    path = "/api/v1/persons/{id}/enable",
+    operation_id = "enablePerson",
+    tag = "persons",
+    params(("id" = String, Path, format = "uuid", description = "The person's ID.")),
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 200, description = "Active (`changed` false: was active already).",
+            body = EnabledPerson),
+        Unauthenticated,
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app), `owner_required` (a member; both audited) or `csrf_token_invalid`.",
+            body = Problem, content_type = PROBLEM_JSON),
+        NotFound,
+        (status = 409, description = "`i6_violation`: a grant of theirs (directly or through \
+            a group) is on a host whose LLM login is another person's personal subscription \
+            (audited; nothing changed).", body = Problem, content_type = PROBLEM_JSON),
+        Internal,
+        Unavailable,
+    )
+)]
+async fn enable(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let now = state.clock().now_ms();
+    let actor = principal
+        .require_person(state.db(), now, AuditAction::PersonEnable)
+        .await?;
+    actor
+        .require_owner(state.db(), now, AuditAction::PersonEnable)
+        .await?;
+    let id = path_id(&id)?;
+    let enabled = admin::enable(state.db(), now, actor.actor(), PersonRef::Id(id)).await?;
+    Ok(Json(json!({
+        "person": enabled.person.to_json(),
+        "changed": enabled.changed,
+    })))
+}
+
+/// `200` of `POST /api/v1/persons/{id}/enable` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct EnabledPerson {
+    /// The person, active.
+    pub person: Person,
+    /// Whether the status changed (false: active already).
+    pub changed: bool,
+}
+
+/// `POST /api/v1/persons` (doc-only; the handler reads exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct InvitePersonRequest {
+    /// 1 to 32 ASCII letters, digits, `.`, `_`, `-`, starting with a letter;
+    /// folded to lower case (`400` `invalid_username` otherwise).
+    #[schema(example = "alice")]
+    pub username: String,
+    /// `owner` or `member`.
+    pub role: Role,
+}
+
+/// `201` of `POST /api/v1/persons` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct InvitedPerson {
+    /// The new person (not yet enrolled).
+    pub person: Person,
+    /// The one-time enrollment code `bothy_ec_...` (shown only now).
+    pub enrollment_code: String,
+    /// When the code expires (Unix ms).
+    pub enrollment_expires_at: i64,
+}
+
+/// `GET /api/v1/persons` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct PersonList {
+    /// Every person.
+    pub persons: Vec<Person>,
+}
+
+/// A person (doc-only; `persons::Person::to_json`).
+#[derive(Debug, ToSchema)]
+pub struct Person {
+    /// The person's principal ID.
+    #[schema(format = "uuid")]
+    pub id: String,
+    /// The username (lower case).
+    pub username: String,
+    /// `owner` or `member`.
+    pub role: Role,
+    /// `active`, `disabled` or `deleted`.
+    pub status: PersonStatus,
+    /// Whether the person has a password and a confirmed TOTP secret.
+    pub enrolled: bool,
+    /// When the person was created (Unix ms).
+    pub created_at: i64,
 }
