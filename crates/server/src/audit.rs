@@ -257,9 +257,10 @@ pub struct Target {
 /// validates the length first and refuses with `validation_failed`).
 pub const REASON_MAX_CHARS: usize = 500;
 
-/// The longest session user name, in characters (`host.os_user_max_chars`'s
-/// largest sensible value; the configured limit is checked where the name arrives).
-pub const OS_USER_MAX_CHARS: usize = 64;
+/// The longest session user name, in characters: the largest value
+/// `host.os_user_max_chars` accepts, so every name the server takes can be
+/// audited; the configured limit is checked where the name arrives.
+pub const OS_USER_MAX_CHARS: usize = 256;
 
 /// The longest profile name, in characters (`terminal.report_label_max_chars`'s
 /// largest sensible value).

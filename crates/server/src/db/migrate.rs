@@ -55,6 +55,11 @@ const SQLITE: &[MigrationFile] = &[
         description: "server signing keys",
         sql: include_str!("../../migrations/sqlite/0005_server_signing_keys.sql"),
     },
+    MigrationFile {
+        version: 6,
+        description: "terminal sessions",
+        sql: include_str!("../../migrations/sqlite/0006_terminal_sessions.sql"),
+    },
 ];
 
 const POSTGRES: &[MigrationFile] = &[
@@ -82,6 +87,11 @@ const POSTGRES: &[MigrationFile] = &[
         version: 5,
         description: "server signing keys",
         sql: include_str!("../../migrations/postgres/0005_server_signing_keys.sql"),
+    },
+    MigrationFile {
+        version: 6,
+        description: "terminal sessions",
+        sql: include_str!("../../migrations/postgres/0006_terminal_sessions.sql"),
     },
 ];
 

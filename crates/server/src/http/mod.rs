@@ -48,6 +48,8 @@ use crate::metrics::{self, Metrics};
 use crate::pepper::Pepper;
 use crate::ratelimit::RateLimiter;
 use crate::shutdown::ShutdownListener;
+use crate::terminal::links::{ControlLinks, LocalControlLinks};
+use crate::terminal::relay::Relay;
 
 /// What every handler can reach: the configuration, the database, the clock,
 /// the pepper, the rate limits, the log tail, the metrics and the shutdown
@@ -74,6 +76,10 @@ struct AppInner {
     metrics: Metrics,
     /// The server's shutdown, which WebSocket tasks select on (4013).
     shutdown: ShutdownListener,
+    /// The control connections of this process (3.4, 3.5).
+    control_links: Arc<LocalControlLinks>,
+    /// The relay of this process (6.1, 6.2).
+    relay: Arc<Relay>,
 }
 
 impl AppState {
@@ -98,6 +104,8 @@ impl AppState {
                 events,
                 metrics: Metrics::new(),
                 shutdown,
+                control_links: Arc::new(LocalControlLinks::new()),
+                relay: Arc::new(Relay::new()),
             }),
         }
     }
@@ -140,6 +148,23 @@ impl AppState {
     /// The shutdown signal.
     pub fn shutdown(&self) -> &ShutdownListener {
         &self.inner.shutdown
+    }
+
+    /// The port to the control connections (is a host connected, send it a
+    /// signal), for every caller outside the control connection itself.
+    pub fn control_links(&self) -> &dyn ControlLinks {
+        self.inner.control_links.as_ref()
+    }
+
+    /// The registry of this process's control connections, for the control
+    /// connection's own registration.
+    pub fn local_control_links(&self) -> &LocalControlLinks {
+        &self.inner.control_links
+    }
+
+    /// The relay.
+    pub fn relay(&self) -> &Relay {
+        &self.inner.relay
     }
 }
 

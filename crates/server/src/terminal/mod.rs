@@ -1,6 +1,6 @@
-//! Terminal sessions (spec 6, 8.3, 10.3). For now the one end function every
-//! revocation calls ([`end`]); the relay, tokens and the control connection
-//! come with the issue "Terminal sessions on the server".
+//! Terminal sessions (spec 3.4, 3.5, 5.3, 6, 8.3, 9, 10.3): the one end
+//! function every revocation calls, the signing keys and tokens, and the
+//! registry of control connections.
 //!
 //! # Layout
 //! - [`end`](mod@end): ends the open sessions of a scope in the caller's unit of
@@ -8,11 +8,17 @@
 //! - [`keys`]: the server signing keys of purpose terminal (5.3): first key,
 //!   scheduled and emergency rotation, the JWKS of hello and heartbeat_ack, the
 //!   signer; private keys sealed with the pepper.
+//! - [`links`]: the port [`links::ControlLinks`] (is the host connected, hand
+//!   its control connection a signal) and its one-node implementation.
+//! - [`relay`]: pairs the data connection and the device stream of a session
+//!   and forwards binary messages unchanged.
 //! - [`token`]: the terminal session token (5.3): every claim, signed as
 //!   `terminal-session+jwt`.
 
 pub mod end;
 pub mod keys;
+pub mod links;
+pub mod relay;
 pub mod token;
 
 pub use end::{EndScope, EndedSession, end};

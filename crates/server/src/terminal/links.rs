@@ -1,0 +1,167 @@
+//! The registry of control connections (3.4, 3.5, 9): which host has a
+//! control connection on this process, whether its first report was applied
+//! ("connected"), and the channel through which other parts of the server hand
+//! it signals (`session.open`, `session.close`, a close code).
+//!
+//! Callers see only the port [`ControlLinks`]: the terminal routes ask
+//! [`ControlLinks::is_connected`] and hand signals with [`ControlLinks::send`].
+//! [`LocalControlLinks`] is the one-node implementation; the multi-node path of
+//! section 9 (NOTIFY to the node of the connection) implements the same port
+//! later without changing callers.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use bothy_proto::codes::CloseCode;
+use bothy_proto::control::{SessionClose, SessionOpen};
+use tokio::sync::mpsc;
+use uuid::Uuid;
+
+/// What another part of the server asks a control connection to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ControlSignal {
+    /// Send `session.open`.
+    SessionOpen(SessionOpen),
+    /// Send `session.close`.
+    SessionClose(SessionClose),
+    /// Send `ready` again (a committed change of the declaration, 2.2 item 5).
+    ReadyAgain,
+    /// Close the connection with this code (a state change of the host).
+    Close(CloseCode),
+}
+
+/// The host has no registered control connection on this process (or its
+/// queue is full or gone).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the host has no usable control connection here")]
+pub struct NotConnected;
+
+/// The port the rest of the server uses.
+pub trait ControlLinks: Send + Sync + fmt::Debug {
+    /// Whether the host has a control connection whose first report was applied.
+    fn is_connected(&self, host_id: Uuid) -> bool;
+
+    /// Hands `signal` to the host's control connection without waiting.
+    fn send(&self, host_id: Uuid, signal: ControlSignal) -> Result<(), NotConnected>;
+}
+
+#[derive(Debug)]
+struct Link {
+    conn_id: Uuid,
+    report_applied: bool,
+    sender: mpsc::Sender<ControlSignal>,
+}
+
+/// The control connections of this process, by host.
+#[derive(Default)]
+pub struct LocalControlLinks {
+    links: Mutex<HashMap<Uuid, Link>>,
+}
+
+impl fmt::Debug for LocalControlLinks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.links.lock().map(|links| links.len()).unwrap_or(0);
+        f.debug_struct("LocalControlLinks")
+            .field("connections", &count)
+            .finish()
+    }
+}
+
+impl LocalControlLinks {
+    /// An empty registry.
+    pub fn new() -> LocalControlLinks {
+        LocalControlLinks::default()
+    }
+
+    /// Registers the connection `conn_id` of `host_id` with its signal queue,
+    /// replacing an older registration of the host (the caller decided the
+    /// duplicate check of 3.4 first). Returns the replaced connection's ID.
+    pub fn register(
+        &self,
+        host_id: Uuid,
+        conn_id: Uuid,
+        sender: mpsc::Sender<ControlSignal>,
+    ) -> Option<Uuid> {
+        let mut links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        links
+            .insert(
+                host_id,
+                Link {
+                    conn_id,
+                    report_applied: false,
+                    sender,
+                },
+            )
+            .map(|old| old.conn_id)
+    }
+
+    /// Marks the connection's first report as applied: from now on the host
+    /// counts as connected and may receive `session.open`.
+    pub fn mark_report_applied(&self, host_id: Uuid, conn_id: Uuid) {
+        let mut links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(link) = links.get_mut(&host_id).filter(|link| link.conn_id == conn_id) {
+            link.report_applied = true;
+        }
+    }
+
+    /// Removes the registration if it is still `conn_id`'s; returns whether it was.
+    pub fn unregister(&self, host_id: Uuid, conn_id: Uuid) -> bool {
+        let mut links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if links.get(&host_id).is_some_and(|link| link.conn_id == conn_id) {
+            links.remove(&host_id);
+            true
+        } else {
+            false
+        }
+    }
+
+    /// The registered connection of the host, if any.
+    pub fn conn_id(&self, host_id: Uuid) -> Option<Uuid> {
+        let links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        links.get(&host_id).map(|link| link.conn_id)
+    }
+}
+
+impl ControlLinks for LocalControlLinks {
+    fn is_connected(&self, host_id: Uuid) -> bool {
+        let links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        links
+            .get(&host_id)
+            .is_some_and(|link| link.report_applied && !link.sender.is_closed())
+    }
+
+    fn send(&self, host_id: Uuid, signal: ControlSignal) -> Result<(), NotConnected> {
+        let links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let link = links.get(&host_id).ok_or(NotConnected)?;
+        link.sender.try_send(signal).map_err(|_| NotConnected)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connected_only_after_the_report_and_only_for_the_registered_connection() {
+        let links = LocalControlLinks::new();
+        let host = Uuid::from_u128(1);
+        let (first, second) = (Uuid::from_u128(10), Uuid::from_u128(11));
+        let (tx, mut rx) = mpsc::channel(4);
+        assert_eq!(links.register(host, first, tx), None);
+        assert!(!links.is_connected(host));
+        links.mark_report_applied(host, first);
+        assert!(links.is_connected(host));
+        links.send(host, ControlSignal::ReadyAgain).unwrap();
+        assert_eq!(rx.try_recv().unwrap(), ControlSignal::ReadyAgain);
+
+        let (tx2, _rx2) = mpsc::channel(4);
+        assert_eq!(links.register(host, second, tx2), Some(first));
+        assert!(!links.is_connected(host), "a new connection starts unreported");
+        links.mark_report_applied(host, first);
+        assert!(!links.is_connected(host), "the old connection's report does not count");
+        assert!(!links.unregister(host, first));
+        assert!(links.unregister(host, second));
+        assert_eq!(links.send(host, ControlSignal::ReadyAgain), Err(NotConnected));
+    }
+}
