@@ -12,6 +12,12 @@
 //! the WebSocket tasks as long as one task's goodbye may take
 //! (`gateway.write_timeout` for the close frame plus [`CLOSE_ANSWER_WAIT`] for
 //! the answer), then for the tail task, and closes the database last.
+//!
+//! # terminal.sweep
+//! [`App::open`] also releases the terminal sessions a previous run left
+//! `active` (one node, [`crate::terminal::sweep::release_at_start`]) and starts
+//! the job `terminal.sweep` on the injected clock and the same shutdown signal;
+//! `serve` waits for it after the tail.
 
 use std::fs;
 use std::future::Future;
@@ -29,6 +35,7 @@ use crate::events::{EventsError, LogTail, TailConfig};
 use crate::http::{self, AppState};
 use crate::pepper::{Pepper, PepperError};
 use crate::shutdown::{CLOSE_ANSWER_WAIT, Shutdown};
+use crate::terminal::sweep::{self, SweepError};
 use crate::tls::{self, TlsError, TlsSource};
 
 /// Why the server could not start.
@@ -55,6 +62,9 @@ pub enum StartError {
     /// The event log tail could not start (it reads the log's end first).
     #[error("event log: {0}")]
     Events(#[from] EventsError),
+    /// The terminal sessions of the previous run could not be released.
+    #[error("terminal sessions at start: {0}")]
+    Sweep(#[from] SweepError),
     /// Serving failed.
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
@@ -72,6 +82,8 @@ pub struct App {
     shutdown: Shutdown,
     /// The log tail's task, awaited by [`App::serve`] before it returns.
     tail_task: JoinHandle<()>,
+    /// The task of the job `terminal.sweep`, awaited by [`App::serve`].
+    sweep_task: JoinHandle<()>,
 }
 
 impl App {
@@ -103,12 +115,20 @@ impl App {
         };
         let (events, tail_task) =
             LogTail::start(db.clone(), tail_config, shutdown.listener().watch()).await?;
+        sweep::release_at_start(&db, &config, clock.now_ms()).await?;
+        let sweep_task = sweep::start(
+            db.clone(),
+            config.clone(),
+            clock.clone(),
+            shutdown.listener().watch(),
+        );
         Ok(App {
             state: AppState::new(config, db, clock, pepper, events, shutdown.listener()),
             tls: server_tls.config,
             ca_file: server_tls.ca_file,
             shutdown,
             tail_task,
+            sweep_task,
         })
     }
 
@@ -140,6 +160,7 @@ impl App {
             tls,
             shutdown: trigger,
             tail_task,
+            sweep_task,
             ..
         } = self;
         let router = http::router(state.clone());
@@ -164,6 +185,9 @@ impl App {
         }
         if let Err(error) = tail_task.await {
             tracing::error!(%error, "the event log tail task failed");
+        }
+        if let Err(error) = sweep_task.await {
+            tracing::error!(%error, "the terminal.sweep task failed");
         }
         state.db().close().await;
         result.map_err(StartError::Serve)

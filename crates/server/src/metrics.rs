@@ -15,6 +15,8 @@
 //! | `bothy_events_sockets` | gauge | — | event stream sockets (`GET /api/v1/events`) subscribed now; a socket stops counting when the server decides to close it |
 //! | `bothy_events_delivered_total` | counter | — | event messages written to event stream sockets (`ready` not counted) |
 //! | `bothy_events_dropped_slow_total` | counter | — | event stream sockets closed with 4014 `slow_consumer` |
+//! | `bothy_terminal_hosts_connected` | gauge | — | hosts whose control connection on this process is connected (first report applied, 3.5) |
+//! | `bothy_terminal_relay_unpaired_total` | counter | `side` (`device`, `host`) | relay sides that found no counterpart within `terminal.open_timeout` and closed with 4102 (section 9) |
 //!
 //! The terminal relay's metrics (e.g. `bothy_terminal_relay_unpaired{side}`,
 //! section 9) are registered by the relay when it exists, where they can be tested.
@@ -177,6 +179,10 @@ pub struct Metrics {
     events_sockets: WatchedGauge,
     events_delivered: Counter,
     events_dropped_slow: Counter,
+    /// `bothy_terminal_relay_unpaired_total` for `device` and `host`.
+    terminal_relay_unpaired: [Counter; 2],
+    /// `bothy_terminal_hosts_connected`.
+    control_hosts_connected: WatchedGauge,
 }
 
 impl fmt::Debug for Metrics {
@@ -234,12 +240,33 @@ impl Metrics {
             events_dropped_slow.clone(),
         );
 
+        let unpaired: Family<[(&'static str, &'static str); 1], Counter> = Family::default();
+        registry.register(
+            "bothy_terminal_relay_unpaired",
+            "Relay sides closed with 4102 without a counterpart, by side",
+            unpaired.clone(),
+        );
+        // One statement per series: the family's read guard must be dropped
+        // before the next `get_or_create` takes its write lock.
+        let unpaired_device = unpaired.get_or_create(&[("side", "device")]).clone();
+        let unpaired_host = unpaired.get_or_create(&[("side", "host")]).clone();
+        let terminal_relay_unpaired = [unpaired_device, unpaired_host];
+
+        let control_hosts_connected = WatchedGauge::new();
+        registry.register(
+            "bothy_terminal_hosts_connected",
+            "Hosts with a connected control connection on this process",
+            control_hosts_connected.gauge.clone(),
+        );
+
         Metrics {
             registry,
             http_requests,
             events_sockets,
             events_delivered,
             events_dropped_slow,
+            terminal_relay_unpaired,
+            control_hosts_connected,
         }
     }
 
@@ -266,6 +293,21 @@ impl Metrics {
     /// `bothy_events_dropped_slow_total`.
     pub fn events_dropped_slow(&self) -> &Counter {
         &self.events_dropped_slow
+    }
+
+    /// `bothy_terminal_relay_unpaired_total` of `side` (`device`, anything
+    /// else counts as `host`).
+    pub fn terminal_relay_unpaired(&self, side: &str) -> &Counter {
+        if side == "device" {
+            &self.terminal_relay_unpaired[0]
+        } else {
+            &self.terminal_relay_unpaired[1]
+        }
+    }
+
+    /// `bothy_terminal_hosts_connected`.
+    pub fn control_hosts_connected(&self) -> &WatchedGauge {
+        &self.control_hosts_connected
     }
 
     /// Every metric in the Prometheus text format (version 0.0.4).

@@ -85,6 +85,8 @@ pub enum PepperPurpose {
     /// The key that seals the private server signing keys of purpose terminal
     /// (`server_signing_keys.private_sealed`).
     TerminalKeySealKey,
+    /// The MAC of a quick-reattach nonce (6.2; `terminal::sessions`).
+    ReattachNonce,
 }
 
 impl PepperPurpose {
@@ -98,6 +100,7 @@ impl PepperPurpose {
             PepperPurpose::PasskeyDecoy => b"bothy.v1.passkey_decoy",
             PepperPurpose::PairingCode => b"bothy.v1.pairing_code",
             PepperPurpose::TerminalKeySealKey => b"bothy.v1.terminal_key_seal_key",
+            PepperPurpose::ReattachNonce => b"bothy.v1.reattach_nonce",
         }
     }
 }

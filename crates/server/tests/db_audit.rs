@@ -12,7 +12,7 @@ use bothy_proto::codes::{CloseDetail, CloseReason};
 use bothy_proto::fingerprint::key_fingerprint;
 use bothy_server::audit::{
     self, Actor, AuditAction, AuditDetails, AuditEntry, AuditError, AuditFilter, Decision,
-    OsUserName, PageRequest, ProfileName, REASON_MAX_CHARS, TargetKind,
+    OS_USER_MAX_CHARS, OsUserName, PageRequest, ProfileName, REASON_MAX_CHARS, TargetKind,
 };
 use bothy_server::db::Engine;
 use serde_json::json;
@@ -88,6 +88,7 @@ fn the_reason_is_the_only_free_text_and_is_bounded() {
     assert_eq!(stored.chars().count(), REASON_MAX_CHARS);
     // Names are checked against their patterns; a path, a command or a
     // sentence cannot pass as a session user or profile name.
+    assert!(OsUserName::new(&"a".repeat(OS_USER_MAX_CHARS)).is_ok());
     for bad in [
         "",
         "../etc",
@@ -95,7 +96,7 @@ fn the_reason_is_the_only_free_text_and_is_bounded() {
         "rm -rf",
         "a b",
         "ali\nce",
-        &"a".repeat(65),
+        &"a".repeat(OS_USER_MAX_CHARS + 1),
     ] {
         assert!(
             matches!(OsUserName::new(bad), Err(AuditError::InvalidOsUserName)),

@@ -49,6 +49,9 @@ const PUBLIC_HOST_PATHS: &[&str] = &[
     "/api/v1/hosts/pair",
     "/api/v1/hosts/connect",
     "/api/v1/hosts/sessions/{session_id}/stream",
+    // The device stream authenticates in its first frame (identify with the
+    // access token), not at the upgrade (DESIGN 3.4 "Device stream login").
+    "/api/v1/terminal/sessions/{session_id}/stream",
 ];
 
 /// The operation names DESIGN 3.4 fixes (and `login`, `stepUp` of its pinned

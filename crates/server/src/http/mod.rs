@@ -36,6 +36,7 @@ use axum::response::Response;
 use axum::{Extension, Router, middleware};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+use uuid::Uuid;
 
 pub use problem::{ApiError, ProblemCode};
 pub use serve::serve;
@@ -70,6 +71,10 @@ struct AppInner {
     /// step-ups (identity). In memory, per process: several nodes each count
     /// their own share, which only loosens the limit by the number of nodes.
     public_auth: RateLimiter<IpAddr>,
+    /// `rl.terminal` per person: openTerminalSession, attachTerminalSession and
+    /// the device stream's identify (6.3). In memory, per process, like
+    /// `public_auth`.
+    terminal_limit: RateLimiter<Uuid>,
     /// The log tail of this process: event stream sockets subscribe here.
     events: LogTail,
     /// The process's metrics (`/metrics`).
@@ -94,6 +99,7 @@ impl AppState {
         shutdown: ShutdownListener,
     ) -> Self {
         let public_auth = RateLimiter::new(config.rl.public_auth);
+        let terminal_limit = RateLimiter::new(config.rl.terminal);
         AppState {
             inner: Arc::new(AppInner {
                 config,
@@ -101,6 +107,7 @@ impl AppState {
                 clock,
                 pepper,
                 public_auth,
+                terminal_limit,
                 events,
                 metrics: Metrics::new(),
                 shutdown,
@@ -133,6 +140,11 @@ impl AppState {
     /// The `rl.public_auth` buckets, by client address.
     pub fn public_auth_limit(&self) -> &RateLimiter<IpAddr> {
         &self.inner.public_auth
+    }
+
+    /// The `rl.terminal` buckets, by person.
+    pub fn terminal_limit(&self) -> &RateLimiter<Uuid> {
+        &self.inner.terminal_limit
     }
 
     /// The log tail.

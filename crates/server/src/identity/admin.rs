@@ -7,11 +7,12 @@
 //!   operator who lost access uses [`reset_second_factor`] instead, so bootstrap
 //!   can never mint a second way in.
 //! - [`reset_second_factor`] (`admin reset-second-factor --username NAME`):
-//!   removes the person's TOTP credentials, ends their login sessions
-//!   (`session_revoked`) and issues a new enrollment code; enrolling with it sets
-//!   a password and a TOTP secret again.
+//!   removes the person's TOTP credentials, ends their login sessions and with
+//!   them their terminal sessions (`session_revoked`) and issues a new
+//!   enrollment code; enrolling with it sets a password and a TOTP secret again.
 //! - [`disable`] (`admin disable --username NAME`): status `disabled`, login
-//!   sessions ended (`user_disabled`).
+//!   sessions and every terminal session of the person ended (`user_disabled`,
+//!   8.3), in one unit of work.
 //! - [`enable`] (`admin enable --username NAME`; `POST
 //!   /api/v1/persons/{id}/enable`, owners): status `active` again. A rights
 //!   change: dormant grants become valid again, so it raises the permission
@@ -20,6 +21,7 @@
 //!   rolls it back and is audited as a `person.enable` deny (`409 i6_violation`).
 //! - [`invite`] (`POST /api/v1/persons`, owners): a person and their code.
 
+use bothy_proto::codes::CloseReason;
 use uuid::Uuid;
 
 use super::enrollment::{self, EnrollmentPurpose, IssuedCode};
@@ -34,6 +36,7 @@ use crate::db::{Db, Engine, UnitOfWork};
 use crate::hosts::HostError;
 use crate::pepper::Pepper;
 use crate::permissions::{self, i6};
+use crate::terminal::{self, EndScope};
 
 /// The key of the PostgreSQL advisory lock that serialises bootstraps (ASCII
 /// `bothyboo`); SQLite serialises every unit of work anyway.
@@ -234,6 +237,16 @@ pub async fn disable(db: &Db, now: UnixMillis, name: &str) -> Result<Disabled, I
     let changed = persons::set_status(&mut uow, person.id, PersonStatus::Disabled).await?;
     let sessions_ended =
         login_sessions::end(&mut uow, Ending::Person(person.id), EndReason::UserDisabled).await?;
+    // Disabling the person (8.3): also their terminal sessions of a login
+    // session that only expired (the sweep had not reached them yet).
+    terminal::end(
+        &mut uow,
+        EndScope::Person(person.id),
+        CloseReason::UserDisabled,
+        None,
+    )
+    .await
+    .map_err(login_sessions::terminal_end_error)?;
     uow.audit(
         AuditEntry::allow(AuditAction::PersonDisable, Actor::System)
             .target(TargetKind::Person, person.id)

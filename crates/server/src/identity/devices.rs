@@ -2,12 +2,15 @@
 //! the same key of the same person again is the same device. Quick reattach
 //! (6.2) will check a signature of this key over a server nonce.
 //!
-//! Revoking a device ends its login sessions at once (8.3: `device_revoked`), and
+//! Revoking a device ends its login sessions and every terminal session whose
+//! current device it is at once, in the same unit of work (8.3:
+//! `device_revoked`), and
 //! its key stays revoked: a later login with it is `403 forbidden` with reason
 //! `device_revoked` (after the password and TOTP passed), so a lost device
 //! cannot come back even with the person's credentials; the person logs in
 //! with a new key instead.
 
+use bothy_proto::codes::CloseReason;
 use bothy_proto::jwk::Ed25519PublicJwk;
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
@@ -19,6 +22,7 @@ use super::{AuthFailure, IdentityError, count, deny};
 use crate::audit::{AuditAction, AuditDetails, AuditEntry, TargetKind};
 use crate::clock::UnixMillis;
 use crate::db::{self, Db, DbError, UnitOfWork};
+use crate::terminal::{self, EndScope};
 
 /// The longest device name, in characters.
 pub const DEVICE_NAME_MAX_CHARS: usize = 64;
@@ -221,6 +225,17 @@ pub async fn revoke(
         EndReason::DeviceRevoked,
     )
     .await?;
+    // identity.DeviceRevoked (8.3, M2-46): the terminal sessions whose current
+    // device is this one, also those of another login session (an attach from
+    // this device), end in this unit of work.
+    terminal::end(
+        &mut uow,
+        EndScope::Device(device_id),
+        CloseReason::DeviceRevoked,
+        None,
+    )
+    .await
+    .map_err(login_sessions::terminal_end_error)?;
     let changed = done.rows_affected() == 1;
     uow.audit(
         AuditEntry::allow(AuditAction::DeviceRevoke, actor.actor())

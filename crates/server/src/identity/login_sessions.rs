@@ -7,9 +7,13 @@
 //! # One end function
 //! Every end goes through [`end`], in the unit of work of its cause, and says
 //! why ([`EndReason`], the identity codes of 10.3). The terminal module's
-//! `identity.SessionEnded` subscription (8.3, M2-46) hooks in there: it ends the
-//! terminal sessions of the returned login sessions in the same transaction. An
-//! ended session fails authentication at once: every request looks it up.
+//! `identity.SessionEnded` subscription (8.3, M2-46) is wired in there: [`end`]
+//! ends the terminal sessions of every login session it ends, in the same
+//! transaction, through [`crate::terminal::end`] with the close reason of the
+//! same name ([`EndReason::close_reason`]). An ended session fails
+//! authentication at once: every request looks it up. A login session that
+//! merely passes `expires_at` has no end here: the job `terminal.sweep` ends
+//! its terminal sessions with `session_revoked` (6.3).
 //!
 //! # Login
 //! The checks run in an order that reveals nothing: the username is looked up,
@@ -36,6 +40,8 @@ use crate::clock::{UnixMillis, millis};
 use crate::config::AuthConfig;
 use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::pepper::Pepper;
+use crate::terminal::end::EndError;
+use crate::terminal::{self, EndScope};
 
 code_enum! {
     /// Why a login session ended (`login_sessions.end_reason`); the same words
@@ -116,7 +122,29 @@ pub async fn end(
         .map(|row| db::get_uuid(row, "id"))
         .collect::<Result<Vec<_>, _>>()?;
     ended.sort();
+    // identity.SessionEnded (8.3, M2-46): their terminal sessions end in this
+    // unit of work; sessions closed before keep their first end.
+    for &login_session in &ended {
+        terminal::end(
+            uow,
+            EndScope::LoginSession(login_session),
+            reason.close_reason(),
+            None,
+        )
+        .await
+        .map_err(terminal_end_error)?;
+    }
     Ok(ended)
+}
+
+/// Maps an error of [`crate::terminal::end`] for identity: a database error
+/// stays one; a wrong close pair cannot come from the fixed reasons here and is
+/// an internal error.
+pub(crate) fn terminal_end_error(error: EndError) -> IdentityError {
+    match error {
+        EndError::Db(error) => IdentityError::Db(error),
+        EndError::InvalidPair { .. } => IdentityError::Stored("close_reason and close_detail"),
+    }
 }
 
 /// The second factor of a login. Passwords always come with one; the WebAuthn

@@ -1,7 +1,9 @@
 //! The one end function of the terminal module (8.3, M2-46): every kind of
 //! revocation — a host leaving `active`, re-pairing, I6, a revoked grant, an
-//! ended assignment, SR10 — ends the sessions concerned in the transaction that
-//! causes it, through [`end`]. The first committed end wins: a session already
+//! ended assignment, SR10, and the identity revocations (logout, a revoked or
+//! expired login session, a revoked device, a disabled person) — and the job
+//! `terminal.sweep` end the sessions concerned in the transaction that causes
+//! it, through [`end`]. The first committed end wins: a session already
 //! `closed` is never touched again, so a later report or job changes nothing.
 //!
 //! Per ended session it writes `terminal.terminate` (actor system; session_id,
@@ -43,6 +45,15 @@ pub enum EndScope {
         /// The person who keeps theirs (the holder).
         person_id: Uuid,
     },
+    /// Every open session of one login session (`identity.SessionEnded`:
+    /// logout, session revoked, device revoked, person disabled; called by
+    /// [`crate::identity::login_sessions::end`] for each login session it ends).
+    LoginSession(Uuid),
+    /// Every open session whose current device is this one
+    /// (`identity.DeviceRevoked`).
+    Device(Uuid),
+    /// Every open session of one person (disabling the person).
+    Person(Uuid),
 }
 
 /// A session [`end`] closed.
@@ -93,6 +104,9 @@ pub async fn end(
         EndScope::HostExceptPerson { host_id, person_id } => {
             ("host_id = $4 AND person_id <> $5", host_id, Some(person_id))
         }
+        EndScope::LoginSession(id) => ("login_session_id = $4", id, None),
+        EndScope::Device(id) => ("device_id = $4", id, None),
+        EndScope::Person(id) => ("person_id = $4", id, None),
     };
     let sql = format!(
         "UPDATE terminal_sessions \

@@ -83,7 +83,10 @@ impl LocalControlLinks {
         conn_id: Uuid,
         sender: mpsc::Sender<ControlSignal>,
     ) -> Option<Uuid> {
-        let mut links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut links = self
+            .links
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         links
             .insert(
                 host_id,
@@ -99,16 +102,28 @@ impl LocalControlLinks {
     /// Marks the connection's first report as applied: from now on the host
     /// counts as connected and may receive `session.open`.
     pub fn mark_report_applied(&self, host_id: Uuid, conn_id: Uuid) {
-        let mut links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(link) = links.get_mut(&host_id).filter(|link| link.conn_id == conn_id) {
+        let mut links = self
+            .links
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(link) = links
+            .get_mut(&host_id)
+            .filter(|link| link.conn_id == conn_id)
+        {
             link.report_applied = true;
         }
     }
 
     /// Removes the registration if it is still `conn_id`'s; returns whether it was.
     pub fn unregister(&self, host_id: Uuid, conn_id: Uuid) -> bool {
-        let mut links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if links.get(&host_id).is_some_and(|link| link.conn_id == conn_id) {
+        let mut links = self
+            .links
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if links
+            .get(&host_id)
+            .is_some_and(|link| link.conn_id == conn_id)
+        {
             links.remove(&host_id);
             true
         } else {
@@ -118,21 +133,30 @@ impl LocalControlLinks {
 
     /// The registered connection of the host, if any.
     pub fn conn_id(&self, host_id: Uuid) -> Option<Uuid> {
-        let links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let links = self
+            .links
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         links.get(&host_id).map(|link| link.conn_id)
     }
 }
 
 impl ControlLinks for LocalControlLinks {
     fn is_connected(&self, host_id: Uuid) -> bool {
-        let links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let links = self
+            .links
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         links
             .get(&host_id)
             .is_some_and(|link| link.report_applied && !link.sender.is_closed())
     }
 
     fn send(&self, host_id: Uuid, signal: ControlSignal) -> Result<(), NotConnected> {
-        let links = self.links.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let links = self
+            .links
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let link = links.get(&host_id).ok_or(NotConnected)?;
         link.sender.try_send(signal).map_err(|_| NotConnected)
     }
@@ -157,11 +181,20 @@ mod tests {
 
         let (tx2, _rx2) = mpsc::channel(4);
         assert_eq!(links.register(host, second, tx2), Some(first));
-        assert!(!links.is_connected(host), "a new connection starts unreported");
+        assert!(
+            !links.is_connected(host),
+            "a new connection starts unreported"
+        );
         links.mark_report_applied(host, first);
-        assert!(!links.is_connected(host), "the old connection's report does not count");
+        assert!(
+            !links.is_connected(host),
+            "the old connection's report does not count"
+        );
         assert!(!links.unregister(host, first));
         assert!(links.unregister(host, second));
-        assert_eq!(links.send(host, ControlSignal::ReadyAgain), Err(NotConnected));
+        assert_eq!(
+            links.send(host, ControlSignal::ReadyAgain),
+            Err(NotConnected)
+        );
     }
 }

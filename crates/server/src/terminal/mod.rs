@@ -3,6 +3,10 @@
 //! registry of control connections.
 //!
 //! # Layout
+//! - [`control`]: the control connection `GET /api/v1/hosts/connect` (3.4,
+//!   3.5): login, report, heartbeats, session reports, the duplicate check.
+//! - [`host_auth`]: the host proof of identify and the host.connect check,
+//!   shared by the control and the data connection.
 //! - [`end`](mod@end): ends the open sessions of a scope in the caller's unit of
 //!   work, with audit `terminal.terminate` and `terminal_session.changed`.
 //! - [`keys`]: the server signing keys of purpose terminal (5.3): first key,
@@ -12,13 +16,21 @@
 //!   its control connection a signal) and its one-node implementation.
 //! - [`relay`]: pairs the data connection and the device stream of a session
 //!   and forwards binary messages unchanged.
+//! - [`sessions`]: openTerminalSession, attachTerminalSession (with quick
+//!   reattach), closeTerminalSession and the reads of sessions (6.1–6.3, 6.6).
+//! - [`sweep`]: the job `terminal.sweep` (6.3): the checks in the order of the
+//!   spec on the stored rows, and the release of a dead run's sessions at start.
 //! - [`token`]: the terminal session token (5.3): every claim, signed as
 //!   `terminal-session+jwt`.
 
+pub mod control;
 pub mod end;
+pub mod host_auth;
 pub mod keys;
 pub mod links;
 pub mod relay;
+pub mod sessions;
+pub mod sweep;
 pub mod token;
 
 pub use end::{EndScope, EndedSession, end};

@@ -496,10 +496,23 @@ async fn list_hosts(
     let mut readable = Vec::new();
     for host in hosts::list(&mut conn).await? {
         if may_read_host(&mut conn, &principal, host.id, now).await? {
-            readable.push(session_users::host_json(&mut conn, &host).await?);
+            let mut json = session_users::host_json(&mut conn, &host).await?;
+            with_connected(&state, &host, &mut json);
+            readable.push(json);
         }
     }
     Ok(Json(json!({ "hosts": readable })))
+}
+
+/// Adds `connected` (3.5 "Connected"): the host's control connection on this
+/// process has its first report applied. Not part of the version.
+fn with_connected(state: &AppState, host: &hosts::Host, json: &mut Value) {
+    if let Some(object) = json.as_object_mut() {
+        object.insert(
+            "connected".into(),
+            Value::Bool(state.control_links().is_connected(host.id)),
+        );
+    }
 }
 
 /// Reads one host (host.read), with its `ETag`.
@@ -543,7 +556,8 @@ async fn get_host(
         }
         None => return Err(HostError::NotFound.into()),
     };
-    let json = session_users::host_json(&mut conn, &host).await?;
+    let mut json = session_users::host_json(&mut conn, &host).await?;
+    with_connected(&state, &host, &mut json);
     Ok((
         StatusCode::OK,
         [(header::ETAG, etag(host.version))],

@@ -13,10 +13,15 @@
 //! - [`events`]: `GET /api/v1/events`, the event stream WebSocket.
 //! - [`grants`]: grants terminal on hosts (owners).
 //! - [`groups`]: groups of persons and their members (owners).
+//! - [`host_connect`]: `GET /api/v1/hosts/connect`, the control connection
+//!   WebSocket of a host service.
 //! - [`host_manage`]: updateHost and setHostLlmCredentials (owners).
 //! - [`hosts`]: createHost, issueHostPairingCode, host.pair, confirmHost, and
 //!   reading hosts (host.read).
+//! - [`terminal_streams`]: the relay's data connection and device stream WebSockets.
 //! - [`query`]: strict query parameters (`/query/<name>` pointers).
+//! - [`terminal_sessions`]: openTerminalSession, attachTerminalSession (and its
+//!   quick-reattach challenge), closeTerminalSession, reading sessions.
 
 pub mod audit;
 pub mod auth;
@@ -25,11 +30,14 @@ pub mod devices;
 pub mod events;
 pub mod grants;
 pub mod groups;
+pub mod host_connect;
 pub mod host_manage;
 pub mod hosts;
 pub mod passkeys;
 pub mod persons;
 pub mod query;
+pub mod terminal_sessions;
+pub mod terminal_streams;
 pub mod tokens;
 
 use utoipa_axum::router::OpenApiRouter;
@@ -44,10 +52,13 @@ pub fn router() -> OpenApiRouter<AppState> {
         .merge(persons::router())
         .merge(devices::router())
         .merge(tokens::router())
+        .merge(terminal_streams::router())
         .merge(audit::router())
         .merge(events::router())
         .merge(grants::router())
         .merge(groups::router())
+        .merge(host_connect::router())
         .merge(host_manage::router())
         .merge(hosts::router())
+        .merge(terminal_sessions::router())
 }

@@ -2,14 +2,72 @@
 //! and the device stream of a session in memory and forwards each binary
 //! message unchanged.
 //!
-//! This file holds the registry other parts ask ([`Relay::device_present`]);
-//! the pairing, forwarding and backpressure live beside it.
+//! # Layout
+//! - this file: the registry of the sides of every session on this process
+//!   ([`Relay::sides`], [`Relay::device_present`] for the control connection),
+//!   pairing, the phase rule and the timers;
+//! - [`pipe`](self::pipe): one direction, a queue bounded by
+//!   `terminal.relay_buffer_max_bytes` with real backpressure;
+//! - [`side`]: the loop of one connected side after its login (read, forward,
+//!   write, close);
+//! - [`store`]: what the relay writes: detach, byte counters, its own ends.
+//!
+//! # Pairing
+//! A side joins after its identify was accepted. A side pairs at most once,
+//! with the first counterpart that has not been paired either (a new handshake
+//! always runs on a fresh pair of connections, D-M2-44-4). A newer device
+//! stream of the same session replaces the older one (4103); a newer data
+//! connection replaces the older one (1000, the host service does the same).
+//! Each side reads its socket into its own outgoing [`pipe`](self::pipe) from
+//! the start; the counterpart takes the receiving end at the pairing, so what
+//! a lone side sent before stays in memory, at most one buffer, and never
+//! leaves this process.
+//!
+//! # Timers (all on the server's clock, checked every [`TICK`])
+//! - Each side that was never paired: `terminal.open_timeout` from its join;
+//!   then the phase rule of 9 (`opening`: every lone side 4102 and the session
+//!   ends `open_failed`/`open_timeout`; started: a lone device 4102, a lone
+//!   host waits).
+//! - Per session: idle (`terminal.idle_timeout` + `terminal.idle_grace` after
+//!   the last device byte, `started_at` or `created_at`), maximum duration
+//!   (`terminal.max_session_duration` from `created_at`), detach grace
+//!   (`terminal.detach_grace` after `detached_at`): the relay ends the session
+//!   itself.
+//! - Byte counters and `last_input_at`: written at most once per
+//!   `terminal.idle_grace`, and at release.
+//!
+//! # Ends
+//! After the commit of any end, the log tail hands `terminal_session.changed`
+//! with state `closed` to [`Relay`]'s tail task, which closes every side of
+//! that session with 4100 and the `close_reason` as close text (a never paired
+//! side of an `open_failed` session gets 4102 instead, 6.1 step 6).
+
+mod pipe;
+pub(crate) mod side;
+pub(crate) mod store;
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use bothy_proto::codes::{CloseCode, CloseDetail, CloseReason};
+use tokio::sync::{mpsc, oneshot};
 use uuid::Uuid;
+
+use self::pipe::{PipeReceiver, PipeSender};
+use crate::clock::{UnixMillis, millis};
+use crate::events::{Delivery, EventKind, EventsError};
+use crate::http::AppState;
+
+/// How often the relay looks at its clocks (open deadlines, stalls, limits,
+/// counters). The deadlines themselves are on the server's clock, so a test
+/// moves that clock instead of sleeping.
+pub const TICK: Duration = Duration::from_millis(100);
+
+/// The close code 1000 (normal closure): a data connection replaced by a newer one.
+pub const NORMAL_CLOSURE: u16 = 1000;
 
 /// Which sides of a session are connected on this process.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -20,10 +78,195 @@ pub struct Sides {
     pub host: bool,
 }
 
+/// One side of a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Side {
+    /// The device stream.
+    Device,
+    /// The host's data connection.
+    Host,
+}
+
+impl Side {
+    /// The label of `bothy_terminal_relay_unpaired`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Side::Device => "device",
+            Side::Host => "host",
+        }
+    }
+}
+
+/// What the relay tells a side's task.
+#[derive(Debug)]
+pub(crate) enum Command {
+    /// Close with this code and close text.
+    Close(u16, String),
+}
+
+/// The counters of one session, shared by its sides' tasks.
+#[derive(Debug, Default)]
+pub(crate) struct Stats {
+    /// Device-to-host bytes not yet written to `bytes_in`.
+    bytes_in: AtomicU64,
+    /// Host-to-device bytes not yet written to `bytes_out`.
+    bytes_out: AtomicU64,
+    /// The time of the last device byte (0: none since the last write).
+    pending_input: AtomicI64,
+    /// The time of the last device byte ever seen here (0: none).
+    last_input: AtomicI64,
+    /// How many readers of this session wait for room now.
+    stalled: AtomicUsize,
+}
+
+impl Stats {
+    /// Counts a message forwarded from `side`.
+    pub(crate) fn count(&self, side: Side, len: usize, now: UnixMillis) {
+        let len = len as u64;
+        match side {
+            Side::Device => {
+                self.bytes_in.fetch_add(len, Ordering::Relaxed);
+                self.pending_input.store(now, Ordering::Relaxed);
+                self.last_input.store(now, Ordering::Relaxed);
+            }
+            Side::Host => {
+                self.bytes_out.fetch_add(len, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Marks a reader waiting for room (or no longer).
+    pub(crate) fn set_stalled(&self, stalled: bool) {
+        if stalled {
+            self.stalled.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.stalled.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// Takes what is pending (bytes in, bytes out, last input or 0).
+    pub(crate) fn take(&self) -> (u64, u64, UnixMillis) {
+        (
+            self.bytes_in.swap(0, Ordering::SeqCst),
+            self.bytes_out.swap(0, Ordering::SeqCst),
+            self.pending_input.swap(0, Ordering::SeqCst),
+        )
+    }
+
+    /// Puts back what [`Stats::take`] took, after a failed write.
+    pub(crate) fn put_back(&self, bytes_in: u64, bytes_out: u64, last_input: UnixMillis) {
+        self.bytes_in.fetch_add(bytes_in, Ordering::SeqCst);
+        self.bytes_out.fetch_add(bytes_out, Ordering::SeqCst);
+        if last_input != 0 {
+            let _ = self.pending_input.compare_exchange(
+                0,
+                last_input,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            );
+        }
+    }
+
+    fn has_pending(&self) -> bool {
+        self.bytes_in.load(Ordering::Relaxed) != 0
+            || self.bytes_out.load(Ordering::Relaxed) != 0
+            || self.pending_input.load(Ordering::Relaxed) != 0
+    }
+}
+
+/// The session as the relay knows it (read from its row, refreshed by the log
+/// tail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Limits {
+    pub(crate) created_at: UnixMillis,
+    pub(crate) started_at: Option<UnixMillis>,
+    pub(crate) last_input_at: Option<UnixMillis>,
+    pub(crate) detached_at: Option<UnixMillis>,
+}
+
+/// A side in the registry.
+#[derive(Debug)]
+struct Member {
+    conn_id: u64,
+    commands: mpsc::UnboundedSender<Command>,
+    /// Hands the counterpart's outgoing receiver over at the pairing.
+    paired_tx: Option<oneshot::Sender<PipeReceiver>>,
+    /// This side's outgoing receiver until the counterpart takes it.
+    outgoing_rx: Option<PipeReceiver>,
+    /// Linked to a present counterpart now (the stall timer runs only then).
+    linked: Arc<AtomicBool>,
+    /// The conn_id of the counterpart it was paired with, if ever.
+    partner: Option<u64>,
+    joined_at: UnixMillis,
+    /// Its open timer ran (or it was paired).
+    timer_done: bool,
+}
+
+impl Member {
+    fn close(&self, code: u16, reason: &str) {
+        let _ = self.commands.send(Command::Close(code, reason.to_owned()));
+    }
+
+    fn lone_never_paired(&self) -> bool {
+        self.partner.is_none()
+    }
+}
+
+#[derive(Debug)]
+struct Slot {
+    device: Option<Member>,
+    host: Option<Member>,
+    limits: Limits,
+    stats: Arc<Stats>,
+    last_flush: UnixMillis,
+    /// An end by the relay is being written.
+    ending: bool,
+}
+
+impl Slot {
+    fn member(&mut self, side: Side) -> &mut Option<Member> {
+        match side {
+            Side::Device => &mut self.device,
+            Side::Host => &mut self.host,
+        }
+    }
+
+    fn sides(&self) -> Sides {
+        Sides {
+            device: self.device.is_some(),
+            host: self.host.is_some(),
+        }
+    }
+}
+
+/// What a side gets when it joins.
+#[derive(Debug)]
+pub(crate) struct Joined {
+    pub(crate) conn_id: u64,
+    pub(crate) commands: mpsc::UnboundedReceiver<Command>,
+    pub(crate) paired: oneshot::Receiver<PipeReceiver>,
+    pub(crate) outgoing: PipeSender,
+    pub(crate) linked: Arc<AtomicBool>,
+    pub(crate) stats: Arc<Stats>,
+}
+
+/// How a side left.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Leave {
+    /// Its connection ended (closed, broken, or closed by the server).
+    Gone,
+    /// The host service closed its data connection with 4101 or 4104 and a
+    /// close text: handed to the device unchanged.
+    HandOver(u16, String),
+}
+
 /// The relay of this process.
 #[derive(Default)]
 pub struct Relay {
     sessions: Mutex<HashMap<Uuid, Sides>>,
+    slots: Mutex<HashMap<Uuid, Slot>>,
+    next_conn: AtomicU64,
+    started: AtomicBool,
 }
 
 impl fmt::Debug for Relay {
@@ -58,6 +301,507 @@ impl Relay {
             sessions.remove(&session_id);
         } else {
             sessions.insert(session_id, sides);
+        }
+    }
+
+    /// Whether a reader of the session waits for room in the buffer toward
+    /// its counterpart now (backpressure is holding a sender back).
+    pub fn is_stalled(&self, session_id: Uuid) -> bool {
+        let slots = self.lock_slots();
+        slots
+            .get(&session_id)
+            .is_some_and(|slot| slot.stats.stalled.load(Ordering::SeqCst) > 0)
+    }
+
+    /// How many sessions have a side here.
+    pub fn session_count(&self) -> usize {
+        self.lock_slots().len()
+    }
+
+    fn lock_slots(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Slot>> {
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts the tail task and the ticker once (on the first connection), so
+    /// that an end committed after this call reaches every side that joins
+    /// later. Call it before reading the session's row.
+    pub(crate) fn ensure_started(&self, state: &AppState) {
+        if self.started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let subscription = state.events().subscribe_from(state.events().position());
+        tokio::spawn(tail_task(state.clone(), subscription));
+        tokio::spawn(ticker(state.clone()));
+    }
+
+    /// Registers an identified side of `session_id` and pairs it if a fresh
+    /// counterpart is there.
+    pub(crate) fn join(
+        &self,
+        state: &AppState,
+        session_id: Uuid,
+        side: Side,
+        limits: Limits,
+    ) -> Joined {
+        let now = state.clock().now_ms();
+        let buffer = state.config().terminal.relay_buffer_max_bytes;
+        let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let (commands_tx, commands) = mpsc::unbounded_channel();
+        let (paired_tx, paired) = oneshot::channel();
+        let (outgoing, outgoing_rx) = pipe::pipe(buffer);
+        let linked = Arc::new(AtomicBool::new(false));
+        let member = Member {
+            conn_id,
+            commands: commands_tx,
+            paired_tx: Some(paired_tx),
+            outgoing_rx: Some(outgoing_rx),
+            linked: Arc::clone(&linked),
+            partner: None,
+            joined_at: now,
+            timer_done: false,
+        };
+        let mut slots = self.lock_slots();
+        let slot = slots.entry(session_id).or_insert_with(|| Slot {
+            device: None,
+            host: None,
+            limits,
+            stats: Arc::new(Stats::default()),
+            last_flush: now,
+            ending: false,
+        });
+        let stats = Arc::clone(&slot.stats);
+        if let Some(older) = slot.member(side).take() {
+            // A newer side of the same session: the older one is replaced.
+            match side {
+                Side::Device => {
+                    older.close(
+                        CloseCode::TerminalReplaced.as_u16(),
+                        CloseCode::TerminalReplaced.name(),
+                    );
+                }
+                Side::Host => older.close(NORMAL_CLOSURE, "replaced"),
+            }
+            // Its counterpart is no longer linked to anyone.
+            if older.partner.is_some() {
+                if let Some(other) = slot.member(other_side(side)).as_ref() {
+                    if other.partner == Some(older.conn_id) {
+                        other.linked.store(false, Ordering::SeqCst);
+                    }
+                }
+            }
+        }
+        *slot.member(side) = Some(member);
+        pair_if_possible(slot);
+        let sides = slot.sides();
+        drop(slots);
+        self.set_sides(session_id, sides);
+        Joined {
+            conn_id,
+            commands,
+            paired,
+            outgoing,
+            linked,
+            stats,
+        }
+    }
+
+    /// A side's connection ended.
+    pub(crate) fn leave(
+        &self,
+        state: &AppState,
+        session_id: Uuid,
+        side: Side,
+        conn_id: u64,
+        how: Leave,
+    ) {
+        let mut slots = self.lock_slots();
+        let Some(slot) = slots.get_mut(&session_id) else {
+            return;
+        };
+        let is_current = slot
+            .member(side)
+            .as_ref()
+            .is_some_and(|m| m.conn_id == conn_id);
+        if !is_current {
+            // Replaced or closed by the relay already.
+            return;
+        }
+        let Some(left) = slot.member(side).take() else {
+            return;
+        };
+        let mut detach = false;
+        let mut end_opening: Option<CloseDetail> = None;
+        let other = slot.member(other_side(side));
+        let partner_present = left.partner.is_some()
+            && other
+                .as_ref()
+                .is_some_and(|o| o.partner == Some(left.conn_id));
+        match side {
+            Side::Device => {
+                // The host stays (a paired host never pairs again) and waits
+                // for the end or a newer data connection.
+                if let Some(host) = other.as_ref() {
+                    if partner_present {
+                        host.linked.store(false, Ordering::SeqCst);
+                    }
+                }
+                detach = true;
+            }
+            Side::Host => {
+                if partner_present {
+                    if let Some(device) = other.take() {
+                        match &how {
+                            Leave::HandOver(code, reason) => {
+                                device.close(*code, reason);
+                                end_opening = Some(
+                                    CloseDetail::parse(reason)
+                                        .unwrap_or(CloseDetail::HandshakeFailed),
+                                );
+                            }
+                            Leave::Gone => device.close(
+                                CloseCode::TerminalHostUnavailable.as_u16(),
+                                CloseCode::TerminalHostUnavailable.name(),
+                            ),
+                        }
+                        detach = true;
+                    }
+                }
+            }
+        }
+        let sides = slot.sides();
+        let release = sides == Sides::default();
+        let stats = Arc::clone(&slot.stats);
+        if release {
+            slots.remove(&session_id);
+        }
+        drop(slots);
+        self.set_sides(session_id, sides);
+        let state = state.clone();
+        tokio::spawn(async move {
+            if let Some(detail) = end_opening {
+                store::end_by_relay(
+                    &state,
+                    session_id,
+                    &stats,
+                    CloseReason::OpenFailed,
+                    Some(detail),
+                    true,
+                )
+                .await;
+            }
+            if detach {
+                store::detach(&state, session_id).await;
+            }
+            if release {
+                store::flush(&state, session_id, &stats).await;
+            }
+        });
+    }
+
+    /// A reader of `from` found no room for a message toward its counterpart
+    /// within `terminal.relay_stall_timeout`, or a message larger than the
+    /// whole buffer: the slow counterpart gets 4014 (its leaving detaches the
+    /// session).
+    pub(crate) fn peer_slow(&self, session_id: Uuid, from: Side) {
+        let mut slots = self.lock_slots();
+        let Some(slot) = slots.get_mut(&session_id) else {
+            return;
+        };
+        if let Some(peer) = slot.member(other_side(from)).as_ref() {
+            peer.close(
+                CloseCode::SlowConsumer.as_u16(),
+                CloseCode::SlowConsumer.name(),
+            );
+        }
+    }
+
+    /// Closes every side of an ended session (after the commit of the end).
+    fn session_closed(&self, state: &AppState, session_id: Uuid, reason: &str) {
+        let mut slots = self.lock_slots();
+        let Some(slot) = slots.get_mut(&session_id) else {
+            return;
+        };
+        slot.ending = true;
+        let open_failed = reason == CloseReason::OpenFailed.as_str();
+        for side in [Side::Device, Side::Host] {
+            if let Some(member) = slot.member(side).as_mut() {
+                if open_failed && member.lone_never_paired() {
+                    if !member.timer_done {
+                        member.timer_done = true;
+                        count_unpaired(state, side);
+                    }
+                    member.close(
+                        CloseCode::TerminalHostUnavailable.as_u16(),
+                        CloseCode::TerminalHostUnavailable.name(),
+                    );
+                } else {
+                    member.close(CloseCode::TerminalClosed.as_u16(), reason);
+                }
+            }
+        }
+    }
+
+    /// Re-reads a session's limits (the log tail saw a change).
+    fn refresh(&self, session_id: Uuid, limits: Limits) {
+        let mut slots = self.lock_slots();
+        if let Some(slot) = slots.get_mut(&session_id) {
+            slot.limits = limits;
+        }
+    }
+
+    fn holds(&self, session_id: Uuid) -> bool {
+        self.lock_slots().contains_key(&session_id)
+    }
+
+    /// One look at every clock; the work it finds runs in its own tasks.
+    fn tick(&self, state: &AppState) {
+        let now = state.clock().now_ms();
+        let config = &state.config().terminal;
+        let open_timeout = millis(config.open_timeout);
+        let idle = millis(config.idle_timeout).saturating_add(millis(config.idle_grace));
+        let max_duration = millis(config.max_session_duration);
+        let detach_grace = millis(config.detach_grace);
+        let flush_every = millis(config.idle_grace);
+        let mut lone = Vec::new();
+        let mut ends = Vec::new();
+        let mut flushes = Vec::new();
+        {
+            let mut slots = self.lock_slots();
+            for (session_id, slot) in slots.iter_mut() {
+                for side in [Side::Device, Side::Host] {
+                    if let Some(member) = slot.member(side).as_mut() {
+                        if !member.timer_done
+                            && member.lone_never_paired()
+                            && now >= member.joined_at.saturating_add(open_timeout)
+                        {
+                            member.timer_done = true;
+                            lone.push((*session_id, side, member.conn_id));
+                        }
+                    }
+                }
+                if !slot.ending {
+                    let limits = slot.limits;
+                    let last_input = slot.stats.last_input.load(Ordering::Relaxed);
+                    let idle_base = [
+                        Some(limits.created_at),
+                        limits.started_at,
+                        limits.last_input_at,
+                        (last_input != 0).then_some(last_input),
+                    ]
+                    .into_iter()
+                    .flatten()
+                    .max()
+                    .unwrap_or(limits.created_at);
+                    let reason = if now >= limits.created_at.saturating_add(max_duration) {
+                        Some(CloseReason::MaxDuration)
+                    } else if limits
+                        .detached_at
+                        .is_some_and(|at| now >= at.saturating_add(detach_grace))
+                    {
+                        Some(CloseReason::DetachExpired)
+                    } else if now >= idle_base.saturating_add(idle) {
+                        Some(CloseReason::IdleTimeout)
+                    } else {
+                        None
+                    };
+                    if let Some(reason) = reason {
+                        slot.ending = true;
+                        ends.push((*session_id, reason, Arc::clone(&slot.stats)));
+                        continue;
+                    }
+                }
+                if slot.stats.has_pending() && now >= slot.last_flush.saturating_add(flush_every) {
+                    slot.last_flush = now;
+                    flushes.push((*session_id, Arc::clone(&slot.stats)));
+                }
+            }
+        }
+        for (session_id, side, conn_id) in lone {
+            let state = state.clone();
+            tokio::spawn(async move { lone_deadline(&state, session_id, side, conn_id).await });
+        }
+        for (session_id, reason, stats) in ends {
+            let state = state.clone();
+            tokio::spawn(async move {
+                if !store::end_by_relay(&state, session_id, &stats, reason, None, false).await {
+                    // Not written (a database error): try again at a later tick.
+                    let mut slots = state.relay().lock_slots();
+                    if let Some(slot) = slots.get_mut(&session_id) {
+                        slot.ending = false;
+                    }
+                }
+            });
+        }
+        for (session_id, stats) in flushes {
+            let state = state.clone();
+            tokio::spawn(async move { store::flush(&state, session_id, &stats).await });
+        }
+    }
+
+    /// The never paired lone sides of a session, closed with 4102 and
+    /// counted; returns whether any was there.
+    fn close_lone(&self, state: &AppState, session_id: Uuid, only: Option<(Side, u64)>) {
+        let mut slots = self.lock_slots();
+        let Some(slot) = slots.get_mut(&session_id) else {
+            return;
+        };
+        for side in [Side::Device, Side::Host] {
+            if let Some((only_side, only_conn)) = only {
+                if side != only_side {
+                    continue;
+                }
+                if slot.member(side).as_ref().map(|m| m.conn_id) != Some(only_conn) {
+                    continue;
+                }
+            }
+            if let Some(member) = slot.member(side).as_mut() {
+                if member.lone_never_paired() {
+                    member.timer_done = true;
+                    count_unpaired(state, side);
+                    member.close(
+                        CloseCode::TerminalHostUnavailable.as_u16(),
+                        CloseCode::TerminalHostUnavailable.name(),
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn other_side(side: Side) -> Side {
+    match side {
+        Side::Device => Side::Host,
+        Side::Host => Side::Device,
+    }
+}
+
+/// Pairs the device and the host of a slot if both are there and neither was
+/// paired before.
+fn pair_if_possible(slot: &mut Slot) {
+    let (Some(device), Some(host)) = (slot.device.as_mut(), slot.host.as_mut()) else {
+        return;
+    };
+    if device.partner.is_some() || host.partner.is_some() {
+        return;
+    }
+    let (Some(device_rx), Some(host_rx)) = (device.outgoing_rx.take(), host.outgoing_rx.take())
+    else {
+        return;
+    };
+    device.partner = Some(host.conn_id);
+    host.partner = Some(device.conn_id);
+    device.timer_done = true;
+    host.timer_done = true;
+    device.linked.store(true, Ordering::SeqCst);
+    host.linked.store(true, Ordering::SeqCst);
+    if let Some(tx) = device.paired_tx.take() {
+        let _ = tx.send(host_rx);
+    }
+    if let Some(tx) = host.paired_tx.take() {
+        let _ = tx.send(device_rx);
+    }
+}
+
+/// Counts an unpaired side and writes its one log record (without any ID).
+fn count_unpaired(state: &AppState, side: Side) {
+    state.metrics().terminal_relay_unpaired(side.as_str()).inc();
+    tracing::info!(
+        side = side.as_str(),
+        "a relay side found no counterpart in time (4102)"
+    );
+}
+
+/// The open deadline of a never paired side passed: the phase rule of 9.
+async fn lone_deadline(state: &AppState, session_id: Uuid, side: Side, conn_id: u64) {
+    let phase = match store::state_of(state, session_id).await {
+        Ok(phase) => phase,
+        Err(()) => return,
+    };
+    let relay = state.relay();
+    match phase.as_deref() {
+        Some("opening") => {
+            // Every lone side of the session goes, and the opening ends (a
+            // compare-and-swap on `opening`).
+            relay.close_lone(state, session_id, None);
+            let stats = {
+                let slots = relay.lock_slots();
+                slots.get(&session_id).map(|slot| Arc::clone(&slot.stats))
+            };
+            let stats = stats.unwrap_or_default();
+            store::end_by_relay(
+                state,
+                session_id,
+                &stats,
+                CloseReason::OpenFailed,
+                Some(CloseDetail::OpenTimeout),
+                true,
+            )
+            .await;
+        }
+        // A lone device of a started session goes, the session stays
+        // detached; a lone host waits for an attaching device until the end.
+        Some("active" | "detached") if side == Side::Device => {
+            relay.close_lone(state, session_id, Some((side, conn_id)));
+        }
+        // A lone host of a started session; closed or gone (the log tail
+        // closes the sides).
+        _ => {}
+    }
+}
+
+/// Hands each committed `terminal_session.changed` of a session held here to
+/// the relay.
+async fn tail_task(state: AppState, mut subscription: crate::events::Subscription) {
+    loop {
+        let delivery = match subscription.recv().await {
+            Ok(delivery) => delivery,
+            Err(EventsError::TailStopped) => return,
+            Err(EventsError::Db(error)) => {
+                tracing::warn!(%error, "the relay cannot read the event log");
+                tokio::time::sleep(TICK).await;
+                continue;
+            }
+        };
+        let Delivery::Durable(event) = delivery else {
+            continue;
+        };
+        if event.kind != EventKind::TerminalSessionChanged {
+            continue;
+        }
+        let Some(session_id) = event
+            .payload
+            .get("session_id")
+            .and_then(|v| v.as_str())
+            .and_then(|s| Uuid::parse_str(s).ok())
+        else {
+            continue;
+        };
+        let relay = state.relay();
+        if !relay.holds(session_id) {
+            continue;
+        }
+        let session_state = event.payload.get("state").and_then(|v| v.as_str());
+        if session_state == Some("closed") {
+            let reason = event
+                .payload
+                .get("close_reason")
+                .and_then(|v| v.as_str())
+                .unwrap_or(CloseCode::TerminalClosed.name())
+                .to_owned();
+            relay.session_closed(&state, session_id, &reason);
+        } else if let Ok(Some(row)) = store::load(&state, session_id).await {
+            relay.refresh(session_id, row.limits());
+        }
+    }
+}
+
+/// Looks at the clocks every [`TICK`] until the server shuts down.
+async fn ticker(state: AppState) {
+    let mut shutdown = state.shutdown().watch();
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|stop| *stop) => return,
+            () = tokio::time::sleep(TICK) => state.relay().tick(&state),
         }
     }
 }

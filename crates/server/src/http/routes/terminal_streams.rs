@@ -1,0 +1,531 @@
+//! The two WebSocket routes of the relay (spec 24 sections 6.1 steps 4–7, 6.2,
+//! 6.3, 9, 13; DESIGN 3.4 "Device stream login" and "Host data connection
+//! login"):
+//!
+//! - `GET /api/v1/hosts/sessions/{session_id}/stream`: the host service's data
+//!   connection of one grant;
+//! - `GET /api/v1/terminal/sessions/{session_id}/stream`: the device stream.
+//!
+//! Both logins are JSON text frames (`bothy_proto::data`, `bothy_proto::stream`);
+//! after the login only binary frames flow, each one Noise message, forwarded
+//! unchanged by [`crate::terminal::relay`]. A text frame after the login is
+//! 4002. A frame larger than a Noise message (65535 bytes) or than
+//! `sync.ws_max_frame_bytes` during the login is refused by the WebSocket layer
+//! and closes with 4002.
+//!
+//! # Data connection login
+//! 1. The server sends `hello {challenge, jwks, clock_leeway_ms,
+//!    idle_timeout_ms, detach_grace_ms, server_time}`.
+//! 2. No frame within `terminal.host_auth_timeout`: 4113. A frame that does not
+//!    decode as `identify` (or a binary frame): 4002.
+//! 3. `protocol_version` other than 1: 4114; the data shape
+//!    ([`Identify::check_data_shape`]: `session_id` of the path, no
+//!    `live_sessions`, SemVer `host_version`): 4002.
+//! 4. The proof, exactly as on the control connection
+//!    ([`host_auth::verify_host_proof`]): 4110 or 4113; then
+//!    [`host_auth::check_host_may_connect`]: 4111 (or 4110).
+//! 5. The session: unknown, or of another host: 4100 `access_revoked` (fail
+//!    closed for IDs the server does not give this host, like `session.close`
+//!    on the control connection); closed: 4100 with its `close_reason`.
+//!
+//! # Device stream login
+//! 1. The device sends `identify {access_token}` within
+//!    `terminal.host_auth_timeout` (else 4004); a frame that does not decode:
+//!    4002.
+//! 2. The token authenticates like `Authorization: Bearer` (the same lookup):
+//!    no token (the console's cookie login comes later), an unknown token or
+//!    the token of an agent or app: 4004; a login session that exists but is
+//!    ended, expired, of a disabled person or of a revoked device: 4012.
+//! 3. The session must exist and be of the login's device (and person): else
+//!    4004 and a `terminal.stream` deny entry with `session_id`, `device_id`
+//!    and `reason` (`session_unknown`, `device_mismatch`) (docs/decisions.md
+//!    D-81). A closed session: 4100 with its `close_reason`.
+//! 4. `ready {session_id}`.
+//!
+//! # After the login
+//! See [`crate::terminal::relay`]: 4100 (ended, `close_reason` as text), 4102
+//! (no counterpart within `terminal.open_timeout`, or the host went away),
+//! 4103 (a newer device stream), 4014 (slow receiver), 4013 (shutdown), 1000
+//! (a data connection replaced by a newer one), and 4101/4104 handed from the
+//! host service to the device unchanged.
+
+use std::time::Duration;
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Path, State};
+use axum::response::Response;
+use bothy_proto::codes::{CloseCode, CloseReason};
+use bothy_proto::data::{self, Hello};
+use bothy_proto::jwk::Jwks;
+use bothy_proto::stream::{self, DeviceMessage, Ready};
+use futures_util::StreamExt;
+use sqlx::Row;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use uuid::Uuid;
+
+use super::body::path_id;
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
+use crate::clock::millis;
+use crate::db;
+use crate::http::api_doc::{NotFound, Problem, ValidationFailed};
+use crate::http::problem::PROBLEM_JSON;
+use crate::http::{ApiError, AppState, ProblemCode};
+use crate::identity::opaque::{OpaqueSecret, SecretKind};
+use crate::identity::principal::{self, Principal};
+use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
+use crate::terminal::host_auth;
+use crate::terminal::keys;
+use crate::terminal::relay::store::{self, SessionRow};
+use crate::terminal::relay::{Side, side};
+
+/// The largest binary message: one Noise message (5.2).
+pub const MAX_NOISE_MESSAGE: usize = 65_535;
+
+/// The protocol versions of the data connection this server speaks.
+const PROTOCOL_VERSIONS: &[u32] = &[1];
+
+code_enum! {
+    /// Why a device stream's identify was refused (`terminal.stream` deny, 10.1).
+    pub enum StreamDenial {
+        /// No session with the ID of the path.
+        SessionUnknown => "session_unknown",
+        /// The session belongs to another device (or person).
+        DeviceMismatch => "device_mismatch",
+    }
+}
+
+/// The routes of this file.
+pub fn router() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .routes(routes!(host_stream))
+        .routes(routes!(device_stream))
+}
+
+/// The host service's data connection of one session (WebSocket).
+///
+/// Server first: `{"op":"hello","d":{"challenge","jwks","clock_leeway_ms",
+/// "idle_timeout_ms","detach_grace_ms","server_time"}}`; the host answers
+/// `{"op":"identify","d":{"protocol_version","host_id","proof","host_version",
+/// "session_id"}}` with the same proof as the control connection. Then binary
+/// frames only, each one Noise message, relayed unchanged. Close codes: 4002
+/// `invalid_message`, 4110 `host_unpaired`, 4111 `host_disabled`, 4113
+/// `host_auth_failed`, 4114 `host_version_unsupported`, 4100 `terminal_closed`
+/// (close text: the `close_reason`), 4102 `terminal_host_unavailable` (an
+/// opening without a device within `terminal.open_timeout`), 4014
+/// `slow_consumer`, 4013 `server_shutdown`, 1000 (replaced by a newer data
+/// connection).
+#[utoipa::path(
+    get,
+    path = "/api/v1/hosts/sessions/{session_id}/stream",
+    operation_id = "hostDataStream",
+    tag = "terminal",
+    params(("session_id" = String, Path, format = "uuid", description = "The session.")),
+    responses(
+        (status = 101, description = "Switching Protocols: the WebSocket is open."),
+        (status = 400, description = "`validation_failed`: `/headers/upgrade` \
+            `websocket_upgrade_required` (not a WebSocket upgrade).",
+            body = Problem, content_type = PROBLEM_JSON),
+        (status = 404, description = "`not_found`: the path's session ID is not a UUID.",
+            body = Problem, content_type = PROBLEM_JSON),
+    )
+)]
+async fn host_stream(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let session_id = path_id(&session_id)?;
+    let upgrade = require_upgrade(upgrade)?;
+    let guard = state.shutdown().track();
+    Ok(limits(&state, upgrade)
+        .on_upgrade(move |websocket| run_host(state, session_id, websocket, guard)))
+}
+
+/// The device stream of one session (WebSocket).
+///
+/// The device first: `{"op":"identify","d":{"access_token"}}`; the server
+/// answers `{"op":"ready","d":{"session_id"}}`. Then binary frames only, each
+/// one Noise message, relayed unchanged. Close codes: 4002 `invalid_message`,
+/// 4004 `credential_invalid` (also a login of another device, audited as a
+/// `terminal.stream` denial), 4012 `credential_revoked`, 4100
+/// `terminal_closed` (close text: the `close_reason`), 4101 and 4104 as the
+/// host service sent them, 4102 `terminal_host_unavailable`, 4103
+/// `terminal_replaced`, 4014 `slow_consumer`, 4013 `server_shutdown`.
+#[utoipa::path(
+    get,
+    path = "/api/v1/terminal/sessions/{session_id}/stream",
+    operation_id = "terminalStream",
+    tag = "terminal",
+    params(("session_id" = String, Path, format = "uuid", description = "The session.")),
+    responses(
+        (status = 101, description = "Switching Protocols: the WebSocket is open."),
+        ValidationFailed,
+        NotFound,
+    )
+)]
+async fn device_stream(
+    State(state): State<AppState>,
+    Path(session_id): Path<String>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let session_id = path_id(&session_id)?;
+    let upgrade = require_upgrade(upgrade)?;
+    let guard = state.shutdown().track();
+    Ok(limits(&state, upgrade)
+        .on_upgrade(move |websocket| run_device(state, session_id, websocket, guard)))
+}
+
+fn require_upgrade(
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<WebSocketUpgrade, ApiError> {
+    upgrade.map_err(|_| {
+        ApiError::new(ProblemCode::ValidationFailed)
+            .with_error("/headers/upgrade", "websocket_upgrade_required")
+    })
+}
+
+fn limits(state: &AppState, upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
+    let max = MAX_NOISE_MESSAGE.max(state.config().sync.ws_max_frame_bytes);
+    upgrade.max_frame_size(max).max_message_size(max)
+}
+
+/// A refused login: the close code and its text.
+struct Refusal(u16, String);
+
+impl Refusal {
+    fn code(code: CloseCode) -> Refusal {
+        Refusal(code.as_u16(), code.name().to_owned())
+    }
+
+    fn closed(reason: Option<&str>) -> Refusal {
+        Refusal(
+            CloseCode::TerminalClosed.as_u16(),
+            reason
+                .unwrap_or(CloseReason::AccessRevoked.as_str())
+                .to_owned(),
+        )
+    }
+
+    fn internal() -> Refusal {
+        Refusal::code(CloseCode::UnknownError)
+    }
+}
+
+/// The first text frame within `limit`; `Ok(None)` if the peer left.
+async fn first_text(
+    websocket: &mut WebSocket,
+    limit: Duration,
+    late: CloseCode,
+) -> Result<Option<String>, Refusal> {
+    let frame = tokio::time::timeout(limit, async {
+        loop {
+            match websocket.recv().await {
+                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .map_err(|_| Refusal::code(late))?;
+    match frame {
+        Some(Ok(Message::Text(text))) => Ok(Some(text.to_string())),
+        Some(Ok(Message::Close(_))) | None => Ok(None),
+        Some(Ok(_)) | Some(Err(_)) => Err(Refusal::code(CloseCode::InvalidMessage)),
+    }
+}
+
+async fn run_host(
+    state: AppState,
+    session_id: Uuid,
+    mut websocket: WebSocket,
+    mut guard: ShutdownGuard,
+) {
+    state.relay().ensure_started(&state);
+    let login = tokio::select! {
+        login = host_login(&state, session_id, &mut websocket) => login,
+        () = guard.triggered() => Err(Refusal::code(CloseCode::ServerShutdown)),
+    };
+    match login {
+        Ok(Some(row)) => join(state, session_id, Side::Host, websocket, row, guard).await,
+        Ok(None) => {}
+        Err(Refusal(code, reason)) => refuse(&state, websocket, code, reason).await,
+    }
+}
+
+async fn run_device(
+    state: AppState,
+    session_id: Uuid,
+    mut websocket: WebSocket,
+    mut guard: ShutdownGuard,
+) {
+    state.relay().ensure_started(&state);
+    let login = tokio::select! {
+        login = device_login(&state, session_id, &mut websocket) => login,
+        () = guard.triggered() => Err(Refusal::code(CloseCode::ServerShutdown)),
+    };
+    match login {
+        Ok(Some(row)) => join(state, session_id, Side::Device, websocket, row, guard).await,
+        Ok(None) => {}
+        Err(Refusal(code, reason)) => refuse(&state, websocket, code, reason).await,
+    }
+}
+
+/// Joins the relay, checks once more that the session was not closed
+/// meanwhile (an end committed before the relay's tail could see this side),
+/// then runs the side.
+async fn join(
+    state: AppState,
+    session_id: Uuid,
+    side_kind: Side,
+    websocket: WebSocket,
+    row: SessionRow,
+    guard: ShutdownGuard,
+) {
+    let joined = state
+        .relay()
+        .join(&state, session_id, side_kind, row.limits());
+    match store::load(&state, session_id).await {
+        Ok(Some(now)) if now.is_closed() => {
+            state.relay().leave(
+                &state,
+                session_id,
+                side_kind,
+                joined.conn_id,
+                crate::terminal::relay::Leave::Gone,
+            );
+            let refusal = Refusal::closed(now.close_reason.as_deref());
+            refuse(&state, websocket, refusal.0, refusal.1).await;
+            return;
+        }
+        _ => {}
+    }
+    side::run(state, session_id, side_kind, websocket, joined, guard).await;
+}
+
+/// Sends the close frame of a refused login and waits for the answer.
+async fn refuse(state: &AppState, mut websocket: WebSocket, code: u16, reason: String) {
+    let write_timeout = state.config().gateway.write_timeout;
+    let frame = Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }));
+    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, websocket.send(frame)).await {
+        let _ = tokio::time::timeout(CLOSE_ANSWER_WAIT, async {
+            while let Some(Ok(_)) = websocket.next().await {}
+        })
+        .await;
+    }
+}
+
+/// The data connection's login; `Ok(None)` if the host left.
+async fn host_login(
+    state: &AppState,
+    session_id: Uuid,
+    websocket: &mut WebSocket,
+) -> Result<Option<SessionRow>, Refusal> {
+    let config = state.config();
+    let hello_time = state.clock().now_ms();
+    let mut challenge = [0u8; 32];
+    getrandom::fill(&mut challenge).map_err(|_| Refusal::internal())?;
+    let jwks = published_jwks(state, hello_time).await?;
+    let hello = data::ServerMessage::Hello(Hello {
+        challenge,
+        jwks,
+        clock_leeway_ms: millis(config.auth.clock_leeway),
+        idle_timeout_ms: millis(config.terminal.idle_timeout),
+        detach_grace_ms: millis(config.terminal.detach_grace),
+        server_time: u64::try_from(hello_time).unwrap_or(0),
+    });
+    if websocket
+        .send(Message::text(hello.to_json()))
+        .await
+        .is_err()
+    {
+        return Ok(None);
+    }
+    let Some(text) = first_text(
+        websocket,
+        config.terminal.host_auth_timeout,
+        CloseCode::HostAuthFailed,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let data::HostMessage::Identify(identify) =
+        data::HostMessage::decode(text.as_bytes(), config.sync.ws_max_frame_bytes)
+            .map_err(|_| Refusal::code(CloseCode::InvalidMessage))?;
+    if !PROTOCOL_VERSIONS.contains(&identify.protocol_version) {
+        return Err(Refusal::code(CloseCode::HostVersionUnsupported));
+    }
+    identify
+        .check_data_shape(session_id)
+        .map_err(|_| Refusal::code(CloseCode::InvalidMessage))?;
+    let now = state.clock().now_ms();
+    let host = {
+        let mut conn = state
+            .db()
+            .pool()
+            .acquire()
+            .await
+            .map_err(|_| Refusal::internal())?;
+        host_auth::verify_host_proof(
+            &mut conn,
+            identify.host_id,
+            &identify.proof,
+            &challenge,
+            hello_time,
+            now,
+            config.auth.clock_leeway,
+        )
+        .await
+        .map_err(|refusal| Refusal::code(refusal.close_code()))?
+    };
+    host_auth::check_host_may_connect(&host)
+        .map_err(|refusal| Refusal::code(refusal.close_code()))?;
+    let row = store::load(state, session_id)
+        .await
+        .map_err(|_| Refusal::internal())?;
+    match row {
+        Some(row) if row.host_id == identify.host_id => {
+            if row.is_closed() {
+                Err(Refusal::closed(row.close_reason.as_deref()))
+            } else {
+                Ok(Some(row))
+            }
+        }
+        _ => Err(Refusal::closed(None)),
+    }
+}
+
+async fn published_jwks(state: &AppState, now: i64) -> Result<Jwks, Refusal> {
+    // The first key of purpose terminal, as the control connection's login does.
+    keys::ensure_active(state.db(), state.pepper(), now)
+        .await
+        .map_err(|error| {
+            tracing::warn!(%error, "the data connection cannot ensure a terminal key");
+            Refusal::internal()
+        })?;
+    let mut conn = state
+        .db()
+        .pool()
+        .acquire()
+        .await
+        .map_err(|_| Refusal::internal())?;
+    keys::jwks(&mut conn, now).await.map_err(|error| {
+        tracing::warn!(%error, "the data connection cannot read the terminal keys");
+        Refusal::internal()
+    })
+}
+
+/// The device stream's login; `Ok(None)` if the device left.
+async fn device_login(
+    state: &AppState,
+    session_id: Uuid,
+    websocket: &mut WebSocket,
+) -> Result<Option<SessionRow>, Refusal> {
+    let config = state.config();
+    let Some(text) = first_text(
+        websocket,
+        config.terminal.host_auth_timeout,
+        CloseCode::CredentialInvalid,
+    )
+    .await?
+    else {
+        return Ok(None);
+    };
+    let DeviceMessage::Identify(identify) =
+        DeviceMessage::decode(text.as_bytes(), config.sync.ws_max_frame_bytes)
+            .map_err(|_| Refusal::code(CloseCode::InvalidMessage))?;
+    let Some(token) = identify.access_token.as_deref() else {
+        return Err(Refusal::code(CloseCode::CredentialInvalid));
+    };
+    let now = state.clock().now_ms();
+    let person = match principal::authenticate(state.db(), state.pepper(), token, now).await {
+        Ok(Some(Principal::Person(person))) => person,
+        Ok(Some(Principal::Service(_))) => return Err(Refusal::code(CloseCode::CredentialInvalid)),
+        Ok(None) => {
+            return Err(Refusal::code(if known_login(state, token).await? {
+                CloseCode::CredentialRevoked
+            } else {
+                CloseCode::CredentialInvalid
+            }));
+        }
+        Err(error) => {
+            tracing::warn!(%error, "the device stream cannot authenticate");
+            return Err(Refusal::internal());
+        }
+    };
+    let row = store::load(state, session_id)
+        .await
+        .map_err(|_| Refusal::internal())?;
+    let denial = match &row {
+        None => Some(StreamDenial::SessionUnknown),
+        Some(row)
+            if row.person_id != person.person_id
+                || row.device_id.is_none()
+                || row.device_id != person.device_id =>
+        {
+            Some(StreamDenial::DeviceMismatch)
+        }
+        Some(_) => None,
+    };
+    if let Some(denial) = denial {
+        let mut details = AuditDetails::new().id("session_id", session_id);
+        if let Some(device_id) = person.device_id {
+            details = details.id("device_id", device_id);
+        }
+        let entry = AuditEntry::deny(AuditAction::TerminalStream, Actor::Person(person.person_id))
+            .target(TargetKind::TerminalSession, session_id)
+            .details(details.code("reason", denial));
+        let written: Result<(), db::DbError> = async {
+            let mut uow = state.db().begin(now).await?;
+            uow.audit(entry);
+            uow.commit().await?;
+            Ok(())
+        }
+        .await;
+        if let Err(error) = written {
+            tracing::warn!(%error, "the device stream cannot write its denial");
+            return Err(Refusal::internal());
+        }
+        return Err(Refusal::code(CloseCode::CredentialInvalid));
+    }
+    let Some(row) = row else {
+        return Err(Refusal::code(CloseCode::CredentialInvalid));
+    };
+    if row.is_closed() {
+        return Err(Refusal::closed(row.close_reason.as_deref()));
+    }
+    let ready = stream::ServerMessage::Ready(Ready { session_id });
+    if websocket
+        .send(Message::text(ready.to_json()))
+        .await
+        .is_err()
+    {
+        return Ok(None);
+    }
+    Ok(Some(row))
+}
+
+/// Whether an access token names a login session that exists but no longer
+/// authenticates (ended, expired, person disabled, device revoked): 4012.
+async fn known_login(state: &AppState, token: &str) -> Result<bool, Refusal> {
+    let Some(secret) = OpaqueSecret::parse(SecretKind::AccessToken, token) else {
+        return Ok(false);
+    };
+    let mut conn = state
+        .db()
+        .pool()
+        .acquire()
+        .await
+        .map_err(|_| Refusal::internal())?;
+    let row = sqlx::query("SELECT id FROM login_sessions WHERE token_hash = $1")
+        .bind(secret.hash(state.pepper()))
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|_| Refusal::internal())?;
+    Ok(row.is_some_and(|row| row.try_get::<String, _>("id").is_ok()))
+}

@@ -1,0 +1,231 @@
+//! The loop of one side after its login: read binary messages from the
+//! socket into the outgoing pipe (waiting for room: backpressure), write what
+//! the counterpart sent, and close when the relay, the shutdown or the peer
+//! says so.
+//!
+//! Close codes of this loop: 4002 for a text frame or a broken frame; 4013 at
+//! shutdown; whatever the relay sends ([`super::Command::Close`]): 4100, 4102,
+//! 4103, 4014, 1000 or a code handed over from the host (4101, 4104).
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use bothy_proto::codes::CloseCode;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{FutureExt, SinkExt, StreamExt};
+use uuid::Uuid;
+
+use super::pipe::{PipeReceiver, PipeSender};
+use super::{Command, Joined, Leave, Side, TICK};
+use crate::clock::millis;
+use crate::http::AppState;
+use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
+
+/// How the loop ended.
+enum End {
+    /// The server closes with this code and text.
+    Close(u16, String),
+    /// The peer sent its close frame (code, text).
+    ClosedByPeer(Option<(u16, String)>),
+    /// The connection broke.
+    Gone,
+}
+
+/// Runs a joined side until it ends, then tells the relay.
+pub(crate) async fn run(
+    state: AppState,
+    session_id: Uuid,
+    side: Side,
+    websocket: WebSocket,
+    joined: Joined,
+    mut guard: ShutdownGuard,
+) {
+    let Joined {
+        conn_id,
+        mut commands,
+        paired,
+        outgoing,
+        linked,
+        stats,
+    } = joined;
+    let (mut sink, mut stream) = websocket.split();
+    let write_timeout = state.config().gateway.write_timeout;
+    let end = {
+        let reader = read_loop(
+            &state,
+            session_id,
+            side,
+            &mut stream,
+            &outgoing,
+            &linked,
+            &stats,
+        );
+        let writer = write_loop(&mut sink, paired);
+        tokio::pin!(reader);
+        tokio::pin!(writer);
+        tokio::select! {
+            biased;
+            () = guard.triggered() => End::Close(
+                CloseCode::ServerShutdown.as_u16(),
+                CloseCode::ServerShutdown.name().to_owned(),
+            ),
+            command = commands.recv() => match command {
+                Some(Command::Close(code, reason)) => End::Close(code, reason),
+                None => End::Gone,
+            },
+            end = &mut reader => end,
+            () = &mut writer => End::Gone,
+        }
+    };
+    drop(outgoing);
+    let leave = match &end {
+        End::ClosedByPeer(Some((code, reason)))
+            if side == Side::Host
+                && (*code == CloseCode::TerminalTokenStale.as_u16()
+                    || *code == CloseCode::TerminalHandshakeFailed.as_u16()) =>
+        {
+            Leave::HandOver(*code, reason.clone())
+        }
+        _ => Leave::Gone,
+    };
+    state
+        .relay()
+        .leave(&state, session_id, side, conn_id, leave);
+    match end {
+        End::Close(code, reason) => {
+            close(&mut sink, &mut stream, code, reason, write_timeout).await;
+        }
+        End::ClosedByPeer(_) => read_to_end(&mut stream, CLOSE_ANSWER_WAIT).await,
+        End::Gone => {}
+    }
+    drop(guard);
+}
+
+/// Reads the socket; each binary message waits for room toward the
+/// counterpart, then goes into the pipe unchanged.
+async fn read_loop(
+    state: &AppState,
+    session_id: Uuid,
+    side: Side,
+    stream: &mut SplitStream<WebSocket>,
+    outgoing: &PipeSender,
+    linked: &std::sync::atomic::AtomicBool,
+    stats: &super::Stats,
+) -> End {
+    let stall_timeout = millis(state.config().terminal.relay_stall_timeout);
+    // After a slow receiver was told 4014 this link forwards nothing more,
+    // so the receiver sees a gap-free prefix (docs/decisions.md D-80).
+    let mut dead = false;
+    loop {
+        let message = match stream.next().await {
+            Some(Ok(Message::Binary(bytes))) => bytes,
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
+            Some(Ok(Message::Close(frame))) => {
+                return End::ClosedByPeer(frame.map(|f| (f.code, f.reason.to_string())));
+            }
+            // Text frames are forbidden after the login; a frame over the
+            // limit or a broken one fails to decode: 4002 either way.
+            Some(Ok(Message::Text(_))) | Some(Err(_)) => {
+                return End::Close(
+                    CloseCode::InvalidMessage.as_u16(),
+                    CloseCode::InvalidMessage.name().to_owned(),
+                );
+            }
+            None => return End::Gone,
+        };
+        let len = message.len();
+        if dead {
+            continue;
+        }
+        if outgoing.fits(len).is_err() {
+            // Can never fit: the receiver is the slow end (6.3).
+            if linked.load(Ordering::SeqCst) {
+                dead = true;
+                state.relay().peer_slow(session_id, side);
+            }
+            continue;
+        }
+        let mut reserve = std::pin::pin!(outgoing.reserve(len));
+        let ready = reserve.as_mut().now_or_never().is_some();
+        if !ready {
+            // The stall counts from now (when linked), before anyone can see it.
+            let mut stall_start: Option<i64> = linked
+                .load(Ordering::SeqCst)
+                .then(|| state.clock().now_ms());
+            stats.set_stalled(true);
+            let slow = loop {
+                tokio::select! {
+                    () = &mut reserve => break false,
+                    () = tokio::time::sleep(TICK) => {
+                        if linked.load(Ordering::SeqCst) && !outgoing.is_closed() {
+                            let now = state.clock().now_ms();
+                            let start = *stall_start.get_or_insert(now);
+                            if now.saturating_sub(start) >= stall_timeout {
+                                break true;
+                            }
+                        } else {
+                            stall_start = None;
+                        }
+                    }
+                }
+            };
+            stats.set_stalled(false);
+            if slow {
+                // No room within terminal.relay_stall_timeout: the receiver
+                // gets 4014; this message is not forwarded. The reservation
+                // is dropped (nothing was taken).
+                dead = true;
+                state.relay().peer_slow(session_id, side);
+                continue;
+            }
+        }
+        stats.count(side, len, state.clock().now_ms());
+        outgoing.send(message);
+    }
+}
+
+/// Writes what the counterpart sent, once paired; gives the room of each
+/// message back after its write. Never ends while the peer may still send.
+async fn write_loop(
+    sink: &mut SplitSink<WebSocket, Message>,
+    paired: tokio::sync::oneshot::Receiver<PipeReceiver>,
+) {
+    let Ok(mut incoming) = paired.await else {
+        return std::future::pending().await;
+    };
+    while let Some(message) = incoming.recv().await {
+        let len = message.len();
+        if sink.send(Message::Binary(message)).await.is_err() {
+            return;
+        }
+        incoming.written(len);
+    }
+    // The counterpart left: the relay says what happens next.
+    std::future::pending().await
+}
+
+/// Sends the close frame (at most `write_timeout`), then waits for the peer's.
+async fn close(
+    sink: &mut SplitSink<WebSocket, Message>,
+    stream: &mut SplitStream<WebSocket>,
+    code: u16,
+    reason: String,
+    write_timeout: Duration,
+) {
+    let frame = Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }));
+    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.send(frame)).await {
+        read_to_end(stream, CLOSE_ANSWER_WAIT).await;
+    }
+}
+
+/// Reads and drops frames until the stream ends, at most `limit` long.
+async fn read_to_end(stream: &mut SplitStream<WebSocket>, limit: Duration) {
+    let _ = tokio::time::timeout(limit, async {
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
+}

@@ -1,0 +1,899 @@
+//! The relay (spec 24 sections 6.1 steps 5–7, 6.2, 6.3, 9, 13): the host's
+//! data connection and the device stream, on both engines, against a real
+//! server over real WebSockets, with test peers that speak the real protocol
+//! (bothy-proto messages, a bothy-noise Initiator on the device and Responder
+//! on the host).
+//!
+//! Sessions are set up by inserting `terminal_sessions` rows directly (state
+//! `opening` or as the case needs, with the owner's session user on the host),
+//! because openTerminalSession is written at the same time as this relay; the
+//! relay does not care how the row came to be.
+//!
+//! Time: every deadline of the relay is on the server's manual clock, which
+//! its ticker reads every `TICK` (100 ms); a test moves the clock and waits
+//! on the socket for the close.
+
+mod hosts_common;
+mod identity_common;
+mod support;
+mod terminal_common;
+
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use bothy_proto::codes::CloseReason;
+use bothy_server::clock::Clock;
+use bothy_server::db::{self, Engine};
+use bothy_server::terminal::{EndScope, end};
+use futures_util::SinkExt;
+use sqlx::Row;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use uuid::Uuid;
+
+use hosts_common::{ActiveHost, HostKeys, Person, active_host, owner_person};
+use identity_common::{audit_and_event_text, audit_of, post_empty};
+use support::both_engines;
+use support::server::TestServer;
+use support::ws::{self, Options, WAIT};
+use terminal_common::device::{self, DevicePeer};
+use terminal_common::host_data::{self, Frame, HostPeer, closed, next_binary, next_frame};
+
+// ---- fixture ----------------------------------------------------------------
+
+struct Fixture {
+    server: TestServer,
+    owner: Person,
+    host: ActiveHost,
+    host_id: Uuid,
+    session_user_id: String,
+}
+
+async fn fixture(engine: Engine) -> Fixture {
+    fixture_with(engine, "").await
+}
+
+async fn fixture_with(engine: Engine, yaml: &str) -> Fixture {
+    capture_logs();
+    let server = TestServer::start_with(engine, yaml).await;
+    let owner = owner_person(&server, "olivia").await;
+    let owner_id = owner.id().to_owned();
+    let host = active_host(
+        &server,
+        &owner,
+        "build-box",
+        None,
+        7,
+        &["olivia"],
+        &[(owner_id.as_str(), "olivia")],
+    )
+    .await;
+    let host_id = Uuid::parse_str(&host.host_id).expect("host ID");
+    let session_user_id: String = sqlx::query(
+        "SELECT id FROM host_session_users WHERE host_id = $1 AND person_id = $2 AND ended_at IS NULL",
+    )
+    .bind(&host.host_id)
+    .bind(&owner_id)
+    .fetch_one(server.state.db().pool())
+    .await
+    .expect("the owner's session user")
+    .get("id");
+    Fixture {
+        server,
+        owner,
+        host,
+        host_id,
+        session_user_id,
+    }
+}
+
+fn new_id() -> Uuid {
+    bothy_proto::ids::uuid_v7(1_796_083_200_000).expect("random ID")
+}
+
+impl Fixture {
+    fn now(&self) -> i64 {
+        self.server.clock.now_ms()
+    }
+
+    /// A session row of the owner on the host, in `state`.
+    async fn session(&self, state: &str) -> Uuid {
+        let id = new_id();
+        let now = self.now();
+        let started = (state != "opening").then_some(now);
+        let detached = (state == "detached").then_some(now);
+        let (reason, ended) = if state == "closed" {
+            (Some("client_closed"), Some(now))
+        } else {
+            (None, None)
+        };
+        sqlx::query(
+            "INSERT INTO terminal_sessions (id, host_id, person_id, login_session_id, device_id, \
+                 host_session_user_id, profile, state, close_reason, created_at, started_at, \
+                 ended_at, detached_at, version) \
+             VALUES ($1, $2, $3, $4, $5, $6, 'shell', $7, $8, $9, $10, $11, $12, 1)",
+        )
+        .bind(db::id_text(&id))
+        .bind(&self.host.host_id)
+        .bind(self.owner.id())
+        .bind(&self.owner.session.login_session_id)
+        .bind(&self.owner.session.device_id)
+        .bind(&self.session_user_id)
+        .bind(state)
+        .bind(reason)
+        .bind(now)
+        .bind(started)
+        .bind(ended)
+        .bind(detached)
+        .execute(self.server.state.db().pool())
+        .await
+        .expect("insert a session");
+        id
+    }
+
+    async fn row(
+        &self,
+        id: Uuid,
+    ) -> (
+        String,
+        Option<String>,
+        Option<String>,
+        i64,
+        i64,
+        Option<i64>,
+    ) {
+        let row = sqlx::query(
+            "SELECT state, close_reason, close_detail, bytes_in, bytes_out, last_input_at \
+             FROM terminal_sessions WHERE id = $1",
+        )
+        .bind(db::id_text(&id))
+        .fetch_one(self.server.state.db().pool())
+        .await
+        .expect("session row");
+        (
+            row.get("state"),
+            row.get("close_reason"),
+            row.get("close_detail"),
+            row.get("bytes_in"),
+            row.get("bytes_out"),
+            row.get("last_input_at"),
+        )
+    }
+
+    async fn state_of(&self, id: Uuid) -> String {
+        self.row(id).await.0
+    }
+
+    /// Waits until the relay holds `sides` for the session.
+    async fn sides(&self, id: Uuid, device: bool, host: bool) {
+        let relay = self.server.state.relay();
+        wait_until(|| {
+            let sides = relay.sides(id);
+            sides.device == device && sides.host == host
+        })
+        .await;
+    }
+
+    async fn host_peer(&self, id: Uuid) -> HostPeer {
+        HostPeer::login(&self.server, id, self.host_id, &self.host.keys).await
+    }
+
+    async fn device_peer(&self, id: Uuid) -> DevicePeer {
+        DevicePeer::login(
+            &self.server,
+            id,
+            self.host_id,
+            &self.host.keys.noise_public,
+            self.owner.token(),
+        )
+        .await
+    }
+
+    fn unpaired(&self, side: &str) -> u64 {
+        self.server
+            .state
+            .metrics()
+            .terminal_relay_unpaired(side)
+            .get()
+    }
+}
+
+/// Polls a condition of the server's memory (not a timer): every few
+/// milliseconds, with [`WAIT`] as the safety net.
+async fn wait_until(mut ready: impl FnMut() -> bool) {
+    tokio::time::timeout(WAIT, async {
+        while !ready() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("condition reached in time");
+}
+
+/// Polls the database until `ready` holds for the session's state.
+async fn wait_state(f: &Fixture, id: Uuid, want: &str) {
+    tokio::time::timeout(WAIT, async {
+        while f.state_of(id).await != want {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("state reached in time");
+}
+
+// ---- log capture (TM-T06) -----------------------------------------------------
+
+fn logs() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| Arc::new(Mutex::new(Vec::new())))
+}
+
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("log buffer").extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Every log line of this test binary at every level goes into [`logs`].
+fn capture_logs() {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    INSTALLED.get_or_init(|| {
+        let buffer = Arc::clone(logs());
+        let _ = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::TRACE)
+            .with_ansi(false)
+            .with_writer(move || Capture(Arc::clone(&buffer)))
+            .try_init();
+    });
+}
+
+// ---- data connection identify -------------------------------------------------
+
+async fn data_identify_outcomes(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("opening").await;
+    let server = &f.server;
+
+    // A proof over another challenge: 4113.
+    let (mut ws_, _hello) = host_data::open(server, id).await;
+    let proof = host_data::proof(&f.host.keys, f.host_id, [0u8; 32], f.now());
+    ws::send(
+        &mut ws_,
+        Message::text(host_data::identify_text(f.host_id, proof, Some(id))),
+    )
+    .await;
+    assert_eq!(closed(&mut ws_).await, (4113, "host_auth_failed".into()));
+
+    // Signed by another login key (kid is not auth_jkt): 4110.
+    let (mut ws_, hello) = host_data::open(server, id).await;
+    let proof = host_data::proof(&HostKeys::generate(99), f.host_id, hello.challenge, f.now());
+    ws::send(
+        &mut ws_,
+        Message::text(host_data::identify_text(f.host_id, proof, Some(id))),
+    )
+    .await;
+    assert_eq!(closed(&mut ws_).await, (4110, "host_unpaired".into()));
+
+    // An unknown host: 4110.
+    let (mut ws_, hello) = host_data::open(server, id).await;
+    let other = new_id();
+    let proof = host_data::proof(&f.host.keys, other, hello.challenge, f.now());
+    ws::send(
+        &mut ws_,
+        Message::text(host_data::identify_text(other, proof, Some(id))),
+    )
+    .await;
+    assert_eq!(closed(&mut ws_).await, (4110, "host_unpaired".into()));
+
+    // No session_id (the control shape): 4002; a binary frame first: 4002.
+    let (mut ws_, hello) = host_data::open(server, id).await;
+    let proof = host_data::proof(&f.host.keys, f.host_id, hello.challenge, f.now());
+    ws::send(
+        &mut ws_,
+        Message::text(host_data::identify_text(f.host_id, proof, None)),
+    )
+    .await;
+    assert_eq!(closed(&mut ws_).await.0, 4002);
+    let (mut ws_, _) = host_data::open(server, id).await;
+    ws::send(&mut ws_, Message::binary(vec![1, 2, 3])).await;
+    assert_eq!(closed(&mut ws_).await.0, 4002);
+
+    // Hello carries the server values.
+    let (_ws, hello) = host_data::open(server, id).await;
+    assert_eq!(hello.clock_leeway_ms, 30_000);
+    assert_eq!(hello.idle_timeout_ms, 1_800_000);
+    assert_eq!(hello.detach_grace_ms, 900_000);
+    assert!(
+        !hello.jwks.keys().is_empty(),
+        "the JWKS of purpose terminal"
+    );
+
+    // A session of another host: 4100 access_revoked.
+    let second = active_host(server, &f.owner, "other-box", None, 8, &["olivia2"], &[]).await;
+    let second_id = Uuid::parse_str(&second.host_id).expect("ID");
+    let mut ws_ = host_data::login(server, id, second_id, &second.keys).await;
+    assert_eq!(closed(&mut ws_).await, (4100, "access_revoked".into()));
+
+    // A closed session: 4100 with its close_reason.
+    let gone = f.session("closed").await;
+    let mut ws_ = host_data::login(server, gone, f.host_id, &f.host.keys).await;
+    assert_eq!(closed(&mut ws_).await, (4100, "client_closed".into()));
+
+    // The right host: accepted (no answer; the relay holds the side).
+    let _host = host_data::login(server, id, f.host_id, &f.host.keys).await;
+    f.sides(id, false, true).await;
+
+    // A disabled host: 4111.
+    sqlx::query(
+        "UPDATE hosts SET state = 'disabled', disabled_reason = 'owner', disabled_at = $2 WHERE id = $1",
+    )
+    .bind(&f.host.host_id)
+    .bind(f.now())
+    .execute(server.state.db().pool())
+    .await
+    .expect("disable");
+    let mut ws_ = host_data::login(server, id, f.host_id, &f.host.keys).await;
+    assert_eq!(closed(&mut ws_).await, (4111, "host_disabled".into()));
+}
+
+// ---- device identify ------------------------------------------------------------
+
+async fn device_identify_outcomes(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("opening").await;
+    let server = &f.server;
+
+    // Not a token at all, and no token: 4004.
+    let mut d = device::identify(server, id, Some("nonsense")).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    let mut d = device::identify(server, id, None).await;
+    assert_eq!(closed(&mut d).await.0, 4004);
+    // A binary frame first: 4002.
+    let mut d = ws::connect(server, &bothy_proto::stream::stream_path(&id), None)
+        .await
+        .expect("upgrade");
+    ws::send(&mut d, Message::binary(vec![0])).await;
+    assert_eq!(closed(&mut d).await.0, 4002);
+
+    // Another device of the same person: 4004 and a terminal.stream denial.
+    let other = f.owner.enrolled.login(server, 2).await;
+    let mut d = device::identify(server, id, Some(&other.token)).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    let denials = audit_of(server, "terminal.stream", "deny").await;
+    assert_eq!(denials.len(), 1);
+    assert_eq!(
+        denials[0].target_id.as_deref(),
+        Some(id.to_string().as_str())
+    );
+    assert_eq!(denials[0].details["session_id"], id.to_string());
+    assert_eq!(denials[0].details["device_id"], other.device_id);
+    assert_eq!(denials[0].details["reason"], "device_mismatch");
+
+    // An unknown session: 4004, denial session_unknown.
+    let unknown = new_id();
+    let mut d = device::identify(server, unknown, Some(f.owner.token())).await;
+    assert_eq!(closed(&mut d).await.0, 4004);
+    let denials = audit_of(server, "terminal.stream", "deny").await;
+    assert_eq!(denials.len(), 2);
+    // Audit IDs within one millisecond do not sort by time: find it by reason.
+    let unknown_entry = denials
+        .iter()
+        .find(|row| row.details["reason"] == "session_unknown")
+        .expect("the session_unknown denial");
+    assert_eq!(unknown_entry.details["session_id"], unknown.to_string());
+
+    // A closed session: 4100 with its close_reason.
+    let gone = f.session("closed").await;
+    let mut d = device::identify(server, gone, Some(f.owner.token())).await;
+    assert_eq!(closed(&mut d).await, (4100, "client_closed".into()));
+
+    // The right device: ready.
+    let _d = device::login(server, id, f.owner.token()).await;
+    f.sides(id, true, false).await;
+
+    // A logged-out login session: 4012.
+    let reply = post_empty(server, "/api/v1/auth/logout", &other.token).await;
+    assert_eq!(reply.status, 204, "{:?}", reply.body);
+    let mut d = device::identify(server, id, Some(&other.token)).await;
+    assert_eq!(closed(&mut d).await, (4012, "credential_revoked".into()));
+}
+
+// ---- text frames after the login -------------------------------------------------
+
+async fn text_after_login_is_4002(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("opening").await;
+    let mut d = device::login(&f.server, id, f.owner.token()).await;
+    ws::send(&mut d, Message::text("{}")).await;
+    assert_eq!(closed(&mut d).await, (4002, "invalid_message".into()));
+
+    let mut h = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    f.sides(id, false, true).await;
+    ws::send(&mut h, Message::text("{}")).await;
+    assert_eq!(closed(&mut h).await, (4002, "invalid_message".into()));
+}
+
+// ---- forwarding, Noise, canary ----------------------------------------------------
+
+const CANARY: &str = "CANARY-7f3e9a51-relay-plaintext";
+
+async fn noise_through_the_relay(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("opening").await;
+    let mut host = f.host_peer(id).await;
+    let mut device = f.device_peer(id).await;
+    f.sides(id, true, true).await;
+
+    // Message 1 arrives byte for byte; the host reads the token from it.
+    let token = format!("token-{CANARY}");
+    let sent = device.send_message1(token.as_bytes()).await;
+    let (payload, mut host_transport) = host.handshake().await;
+    assert_eq!(payload, token.as_bytes());
+    let (host_json, mut device_transport) = device.read_message2().await;
+    assert_eq!(
+        host_json,
+        br#"{"v":1,"host_version":"1.0.0","profile":"shell"}"#
+    );
+    assert_eq!(
+        host_transport.handshake_hash(),
+        device_transport.handshake_hash()
+    );
+    assert!(!sent.windows(CANARY.len()).any(|w| w == CANARY.as_bytes()));
+
+    // Transport messages both ways, unchanged and in order.
+    let mut device_bytes = sent.len();
+    let mut host_bytes = 0;
+    for i in 0..5u8 {
+        let mut frame = vec![0x02];
+        frame.extend_from_slice(format!("{CANARY} input {i}").as_bytes());
+        let message = device_transport.write_message(&frame).expect("encrypt");
+        device_bytes += message.len();
+        ws::send(&mut device.ws, Message::binary(message.clone())).await;
+        let got = next_binary(&mut host.ws).await;
+        assert_eq!(got, message, "byte for byte");
+        assert_eq!(host_transport.read_message(&got).expect("decrypt"), frame);
+
+        let mut out = vec![0x02];
+        out.extend_from_slice(format!("{CANARY} output {i}").as_bytes());
+        let message = host_transport.write_message(&out).expect("encrypt");
+        host_bytes += message.len();
+        ws::send(&mut host.ws, Message::binary(message.clone())).await;
+        let got = next_binary(&mut device.ws).await;
+        assert_eq!(got, message, "byte for byte");
+        assert_eq!(device_transport.read_message(&got).expect("decrypt"), out);
+    }
+    // Message 2 went host to device too.
+    let message2_len = {
+        // The responder's message 2: 32 bytes e + payload + tag.
+        32 + br#"{"v":1,"host_version":"1.0.0","profile":"shell"}"#.len() + 16
+    };
+    host_bytes += message2_len;
+
+    // Both sides leave: the counters are written once at release.
+    device.ws.close(None).await.expect("close");
+    host.ws.close(None).await.expect("close");
+    f.sides(id, false, false).await;
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let (_, _, _, bytes_in, bytes_out, _) = f.row(id).await;
+            if bytes_in != 0 && bytes_out != 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("counters written");
+    let (state, _, _, bytes_in, bytes_out, last_input_at) = f.row(id).await;
+    assert_eq!(state, "opening");
+    assert_eq!(bytes_in, device_bytes as i64);
+    assert_eq!(bytes_out, host_bytes as i64);
+    assert_eq!(last_input_at, Some(f.now()));
+
+    // TM-T06 (server part): the canary is in no table, audit row, event,
+    // log line or metric.
+    let mut everything = audit_and_event_text(&f.server).await;
+    let rows = sqlx::query("SELECT * FROM terminal_sessions")
+        .fetch_all(f.server.state.db().pool())
+        .await
+        .expect("rows");
+    for row in &rows {
+        use sqlx::Column;
+        for column in row.columns() {
+            if let Ok(Some(text)) = row.try_get::<Option<String>, _>(column.ordinal()) {
+                everything.push_str(&text);
+            }
+        }
+    }
+    everything.push_str(&f.server.state.metrics().render().expect("metrics"));
+    let metrics = f
+        .server
+        .client
+        .get(f.server.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    everything.push_str(&metrics);
+    everything.push_str(&String::from_utf8_lossy(&logs().lock().expect("logs")));
+    assert!(!everything.is_empty());
+    assert!(!everything.contains(CANARY), "the canary leaked");
+    assert!(!everything.contains("token-"), "the token leaked");
+}
+
+// ---- backpressure ------------------------------------------------------------------
+
+async fn backpressure_slow_device_gets_4014(engine: Engine) {
+    let f = fixture_with(engine, "terminal:\n  relay_buffer_max_bytes: 65535\n").await;
+    let id = f.session("active").await;
+    let mut host = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    // A device that will stop reading, with a tiny receive buffer.
+    let mut device = ws::connect_with(
+        &f.server,
+        &bothy_proto::stream::stream_path(&id),
+        None,
+        Options {
+            recv_buffer: Some(4096),
+        },
+    )
+    .await
+    .expect("upgrade");
+    let identify = bothy_proto::stream::DeviceMessage::Identify(bothy_proto::stream::Identify {
+        access_token: Some(f.owner.token().to_owned()),
+    })
+    .to_json();
+    ws::send(&mut device, Message::text(identify)).await;
+    assert!(matches!(next_frame(&mut device).await, Frame::Text(_)));
+    f.sides(id, true, true).await;
+
+    // The host sends numbered messages until the transport holds it back.
+    let sender = tokio::spawn(async move {
+        for i in 0u32..100_000 {
+            let mut message = vec![0u8; 16 * 1024];
+            message[..4].copy_from_slice(&i.to_be_bytes());
+            if host.send(Message::binary(message)).await.is_err() {
+                break;
+            }
+        }
+        host
+    });
+    let relay = f.server.state.relay();
+    // Until the transport toward the device is full too, a stall may end
+    // when the kernel takes more bytes; then it lasts (the device reads
+    // nothing): wait for a stall that persists.
+    loop {
+        wait_until(|| relay.is_stalled(id)).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if relay.is_stalled(id) {
+            break;
+        }
+    }
+    // No room within terminal.relay_stall_timeout: the device gets 4014.
+    f.server.clock.advance(Duration::from_secs(10));
+    // The relay acts on its next look at the clock; only then does the
+    // device read again.
+    wait_until(|| !relay.is_stalled(id)).await;
+    let mut expected = 0u32;
+    let close = loop {
+        match next_frame(&mut device).await {
+            Frame::Binary(bytes) => {
+                assert_eq!(bytes.len(), 16 * 1024);
+                let n = u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes"));
+                assert_eq!(n, expected, "no message lost or reordered");
+                expected += 1;
+            }
+            Frame::Close(code, reason) => break (code, reason),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(close, (4014, "slow_consumer".into()));
+    assert!(expected > 0, "some messages went through before");
+    // The session detaches; the host side stays connected.
+    wait_state(&f, id, "detached").await;
+    f.sides(id, false, true).await;
+    sender.abort();
+}
+
+// ---- open deadline and the phase rule ------------------------------------------------
+
+async fn lone_device_of_an_opening(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("opening").await;
+    let mut d = device::login(&f.server, id, f.owner.token()).await;
+    f.sides(id, true, false).await;
+    f.server.clock.advance(Duration::from_secs(19));
+    f.server.clock.advance(Duration::from_millis(999));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(f.unpaired("device"), 0, "not before the deadline");
+    f.server.clock.advance(Duration::from_millis(1));
+    assert_eq!(
+        closed(&mut d).await,
+        (4102, "terminal_host_unavailable".into())
+    );
+    wait_state(&f, id, "closed").await;
+    let (_, reason, detail, ..) = f.row(id).await;
+    assert_eq!(reason.as_deref(), Some("open_failed"));
+    assert_eq!(detail.as_deref(), Some("open_timeout"));
+    assert_eq!(f.unpaired("device"), 1);
+    assert_eq!(f.unpaired("host"), 0);
+    let ends = audit_of(&f.server, "terminal.terminate", "allow").await;
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0].details["close_detail"], "open_timeout");
+    let metrics = f.server.state.metrics().render().expect("render");
+    assert!(
+        metrics.contains("bothy_terminal_relay_unpaired_total{side=\"device\"} 1"),
+        "{metrics}"
+    );
+}
+
+async fn lone_host_of_an_opening(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("opening").await;
+    let mut h = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    f.sides(id, false, true).await;
+    f.server.clock.advance(Duration::from_secs(20));
+    assert_eq!(
+        closed(&mut h).await,
+        (4102, "terminal_host_unavailable".into())
+    );
+    wait_state(&f, id, "closed").await;
+    let (_, reason, detail, ..) = f.row(id).await;
+    assert_eq!(reason.as_deref(), Some("open_failed"));
+    assert_eq!(detail.as_deref(), Some("open_timeout"));
+    assert_eq!(f.unpaired("host"), 1);
+}
+
+async fn lone_sides_of_a_started_session(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("detached").await;
+    let mut h = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    f.sides(id, false, true).await;
+    f.server.clock.advance(Duration::from_secs(20));
+    // The lone host of a started session waits; not unpaired.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(f.unpaired("host"), 0);
+    assert_eq!(f.state_of(id).await, "detached");
+    drop(h.close(None).await);
+    f.sides(id, false, false).await;
+
+    // A lone device of a started session: 4102, the session stays detached.
+    let mut d = device::login(&f.server, id, f.owner.token()).await;
+    f.sides(id, true, false).await;
+    f.server.clock.advance(Duration::from_secs(20));
+    assert_eq!(
+        closed(&mut d).await,
+        (4102, "terminal_host_unavailable".into())
+    );
+    assert_eq!(f.unpaired("device"), 1);
+    assert_eq!(f.state_of(id).await, "detached");
+}
+
+// ---- codes handed over, replacement, ends ------------------------------------------
+
+async fn host_4104_handed_to_the_device(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("opening").await;
+    let mut h = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    let mut d = device::login(&f.server, id, f.owner.token()).await;
+    f.sides(id, true, true).await;
+    h.send(Message::Close(Some(CloseFrame {
+        code: 4104.into(),
+        reason: "token_invalid".into(),
+    })))
+    .await
+    .expect("close");
+    assert_eq!(closed(&mut d).await, (4104, "token_invalid".into()));
+    wait_state(&f, id, "closed").await;
+    let (_, reason, detail, ..) = f.row(id).await;
+    assert_eq!(reason.as_deref(), Some("open_failed"));
+    assert_eq!(detail.as_deref(), Some("token_invalid"));
+    assert_eq!(f.unpaired("device"), 0, "a paired side is never unpaired");
+}
+
+async fn newer_device_replaces_the_older(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("detached").await;
+    let mut older = device::login(&f.server, id, f.owner.token()).await;
+    f.sides(id, true, false).await;
+    let _newer = device::login(&f.server, id, f.owner.token()).await;
+    assert_eq!(closed(&mut older).await, (4103, "terminal_replaced".into()));
+    f.sides(id, true, false).await;
+}
+
+async fn device_leaving_detaches(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("active").await;
+    let mut h = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    let mut d = device::login(&f.server, id, f.owner.token()).await;
+    f.sides(id, true, true).await;
+    d.close(None).await.expect("close");
+    wait_state(&f, id, "detached").await;
+    let detached_at: Option<i64> =
+        sqlx::query("SELECT detached_at FROM terminal_sessions WHERE id = $1")
+            .bind(db::id_text(&id))
+            .fetch_one(f.server.state.db().pool())
+            .await
+            .expect("row")
+            .get("detached_at");
+    assert_eq!(detached_at, Some(f.now()));
+    let events = audit_and_event_text(&f.server).await;
+    assert!(
+        events.contains("\"state\":\"detached\""),
+        "terminal_session.changed"
+    );
+    // The host stays, waiting for the end; an end closes it with 4100.
+    f.sides(id, false, true).await;
+    let mut uow = f.server.state.db().begin(f.now()).await.expect("begin");
+    end(
+        &mut uow,
+        EndScope::Session(id),
+        CloseReason::ClosedByOwner,
+        None,
+    )
+    .await
+    .expect("end");
+    uow.commit().await.expect("commit");
+    assert_eq!(closed(&mut h).await, (4100, "closed_by_owner".into()));
+}
+
+async fn an_end_closes_both_sides_with_4100(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("active").await;
+    let mut h = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    let mut d = device::login(&f.server, id, f.owner.token()).await;
+    f.sides(id, true, true).await;
+    // The owner logs out: identity ends the session (logout) through the one
+    // end function; after its commit the relay closes both sides.
+    let reply = post_empty(&f.server, "/api/v1/auth/logout", f.owner.token()).await;
+    assert_eq!(reply.status, 204, "{:?}", reply.body);
+    assert_eq!(closed(&mut d).await, (4100, "logout".into()));
+    assert_eq!(closed(&mut h).await, (4100, "logout".into()));
+    let (state, reason, ..) = f.row(id).await;
+    assert_eq!(
+        (state.as_str(), reason.as_deref()),
+        ("closed", Some("logout"))
+    );
+}
+
+// ---- limits (6.3) --------------------------------------------------------------------
+
+async fn paired(f: &Fixture, id: Uuid) -> (support::ws::Ws, support::ws::Ws) {
+    let h = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    let d = device::login(&f.server, id, f.owner.token()).await;
+    f.sides(id, true, true).await;
+    (h, d)
+}
+
+async fn idle_end_without_the_host(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    // Device input moves the idle base.
+    f.server.clock.advance(Duration::from_secs(600));
+    d.send(Message::binary(vec![9u8; 40])).await.expect("send");
+    assert_eq!(next_binary(&mut h).await, vec![9u8; 40]);
+    let input_at = f.now();
+    // Host output does not.
+    f.server.clock.advance(Duration::from_secs(31 * 60));
+    h.send(Message::binary(vec![7u8; 10])).await.expect("send");
+    assert_eq!(next_binary(&mut d).await, vec![7u8; 10]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        f.state_of(id).await,
+        "active",
+        "idle_timeout + idle_grace not reached"
+    );
+    // idle_timeout (30 m) + idle_grace (2 m) after the last device byte.
+    f.server.clock.set(input_at + 32 * 60 * 1000);
+    assert_eq!(closed(&mut d).await, (4100, "idle_timeout".into()));
+    assert_eq!(closed(&mut h).await, (4100, "idle_timeout".into()));
+    let (state, reason, _, bytes_in, bytes_out, last_input_at) = f.row(id).await;
+    assert_eq!(
+        (state.as_str(), reason.as_deref()),
+        ("closed", Some("idle_timeout"))
+    );
+    assert_eq!(
+        (bytes_in, bytes_out, last_input_at),
+        (40, 10, Some(input_at))
+    );
+    let ends = audit_of(&f.server, "terminal.terminate", "allow").await;
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0].details["bytes_in"], 40);
+    assert_eq!(ends[0].details["bytes_out"], 10);
+}
+
+async fn max_duration_end(engine: Engine) {
+    let f = fixture_with(engine, "terminal:\n  max_session_duration: 10m\n").await;
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    f.server.clock.advance(Duration::from_secs(10 * 60));
+    assert_eq!(closed(&mut d).await, (4100, "max_duration".into()));
+    assert_eq!(closed(&mut h).await, (4100, "max_duration".into()));
+}
+
+async fn detach_expiry_end(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("detached").await;
+    let mut h = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    f.sides(id, false, true).await;
+    f.server.clock.advance(Duration::from_secs(15 * 60));
+    assert_eq!(closed(&mut h).await, (4100, "detach_expired".into()));
+    let (state, reason, ..) = f.row(id).await;
+    assert_eq!(
+        (state.as_str(), reason.as_deref()),
+        ("closed", Some("detach_expired"))
+    );
+}
+
+async fn bytes_written_once_per_idle_grace(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    d.send(Message::binary(vec![1u8; 100])).await.expect("send");
+    assert_eq!(next_binary(&mut h).await.len(), 100);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(f.row(id).await.3, 0, "not before idle_grace");
+    f.server.clock.advance(Duration::from_secs(120));
+    tokio::time::timeout(WAIT, async {
+        while f.row(id).await.3 == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("written");
+    assert_eq!(f.row(id).await.3, 100);
+    // The release writes only what came since.
+    d.send(Message::binary(vec![1u8; 5])).await.expect("send");
+    assert_eq!(next_binary(&mut h).await.len(), 5);
+    d.close(None).await.expect("close");
+    h.close(None).await.expect("close");
+    f.sides(id, false, false).await;
+    tokio::time::timeout(WAIT, async {
+        while f.row(id).await.3 == 100 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("written");
+    assert_eq!(f.row(id).await.3, 105, "never counted twice");
+}
+
+async fn shutdown_closes_both_with_4013(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    let Fixture { server, .. } = f;
+    let stopping = tokio::spawn(server.stop());
+    assert_eq!(closed(&mut d).await, (4013, "server_shutdown".into()));
+    assert_eq!(closed(&mut h).await, (4013, "server_shutdown".into()));
+    let _ = stopping.await;
+}
+
+both_engines!(
+    data_identify_outcomes,
+    device_identify_outcomes,
+    text_after_login_is_4002,
+    noise_through_the_relay,
+    backpressure_slow_device_gets_4014,
+    lone_device_of_an_opening,
+    lone_host_of_an_opening,
+    lone_sides_of_a_started_session,
+    host_4104_handed_to_the_device,
+    newer_device_replaces_the_older,
+    device_leaving_detaches,
+    an_end_closes_both_sides_with_4100,
+    idle_end_without_the_host,
+    max_duration_end,
+    detach_expiry_end,
+    bytes_written_once_per_idle_grace,
+    shutdown_closes_both_with_4013,
+);

@@ -1,0 +1,501 @@
+//! The identity revocations of 8.3 end terminal sessions in their own unit of
+//! work (M2-46: `identity.SessionEnded`, `identity.DeviceRevoked`), on both
+//! engines, through the real server and its real routes: logout (`logout`),
+//! revoking a login session (`session_revoked`), revoking a device
+//! (`device_revoked`, also a session whose current device it is under another
+//! login session), disabling a person (`user_disabled`), resetting the second
+//! factor (`session_revoked`), and a login session that only passed
+//! `expires_at`, which the job `terminal.sweep` ends (`session_revoked`, 6.3),
+//! with the boundary exact. Each end writes `terminal.terminate` (actor system,
+//! every detail literal) and `terminal_session.changed` to the person; sessions
+//! of other login sessions and sessions closed before stay as they were.
+//!
+//! The sessions are rows inserted as the terminal module writes them (the open
+//! route is built at the same time in issue 5, and the relay closes the
+//! connections from the log tail); no connection is involved here.
+
+#![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
+
+mod hosts_common;
+mod identity_common;
+mod support;
+
+use bothy_server::clock::Clock;
+use bothy_server::db::Engine;
+use bothy_server::terminal::sweep;
+use hosts_common::*;
+use identity_common::{Session, audit_rows, post_empty};
+use serde_json::{Value, json};
+use sqlx::Row;
+use support::both_engines;
+use support::server::TestServer;
+
+const MINUTE: i64 = 60_000;
+
+/// A server, the owner alice (device 1) with a second login from device 2,
+/// the member bob (device 3), and an active host where both have their own
+/// session user.
+struct Fixture {
+    server: TestServer,
+    alice: Person,
+    alice_two: Session,
+    bob: Person,
+    host_id: String,
+}
+
+async fn fixture(engine: Engine) -> Fixture {
+    // The job's own passes stay out of the way; the tests call run_once.
+    let server = TestServer::start_with(engine, "terminal:\n  sweep_interval: 1h\n").await;
+    let alice = owner_person(&server, "alice").await;
+    let alice_two = alice.enrolled.login(&server, 2).await;
+    let bob = invited_person(&server, &alice, "bob", "member", 3).await;
+    let host = active_host(
+        &server,
+        &alice,
+        "box",
+        None,
+        7,
+        &["alice_os", "bob_os"],
+        &[(alice.id(), "alice_os"), (bob.id(), "bob_os")],
+    )
+    .await;
+    Fixture {
+        server,
+        alice,
+        alice_two,
+        bob,
+        host_id: host.host_id,
+    }
+}
+
+/// A session row: its state and whose login session and device it has.
+struct NewRow<'a> {
+    state: &'a str,
+    person_id: &'a str,
+    login_session_id: &'a str,
+    device_id: &'a str,
+}
+
+/// Inserts a session as the terminal module writes it (bytes 11 in, 22 out,
+/// created now, closed ones with `client_closed`); its ID.
+async fn insert(f: &Fixture, row: NewRow<'_>) -> String {
+    let server = &f.server;
+    let now = server.clock.now_ms();
+    let id = bothy_proto::ids::uuid_v7(u64::try_from(now).unwrap())
+        .unwrap()
+        .hyphenated()
+        .to_string();
+    let jti = bothy_proto::ids::uuid_v7(u64::try_from(now).unwrap())
+        .unwrap()
+        .hyphenated()
+        .to_string();
+    let pool = server.state.db().pool();
+    let assignment: String = sqlx::query_scalar(
+        "SELECT id FROM host_session_users WHERE host_id = $1 AND person_id = $2 \
+         AND ended_at IS NULL",
+    )
+    .bind(f.host_id.clone())
+    .bind(row.person_id.to_owned())
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let closed = row.state == "closed";
+    let started = matches!(row.state, "active" | "detached" | "closed").then_some(now);
+    sqlx::query(
+        "INSERT INTO terminal_sessions (id, host_id, person_id, login_session_id, device_id, \
+         host_session_user_id, profile, state, close_reason, close_detail, created_at, \
+         started_at, ended_at, last_input_at, bytes_in, bytes_out, version, token_jti, \
+         detached_at) \
+         VALUES ($1, $2, $3, $4, $5, $6, 'shell', $7, $8, NULL, $9, $10, $11, NULL, 11, 22, 1, \
+         $12, $13)",
+    )
+    .bind(id.clone())
+    .bind(f.host_id.clone())
+    .bind(row.person_id.to_owned())
+    .bind(row.login_session_id.to_owned())
+    .bind(row.device_id.to_owned())
+    .bind(assignment)
+    .bind(row.state.to_owned())
+    .bind(closed.then(|| "client_closed".to_owned()))
+    .bind(now)
+    .bind(started)
+    .bind(closed.then_some(now))
+    .bind(jti)
+    .bind((row.state == "detached").then_some(now))
+    .execute(pool)
+    .await
+    .unwrap();
+    id
+}
+
+/// Opening, active and detached sessions of one login session and device.
+async fn three(f: &Fixture, person_id: &str, session: &Session) -> Vec<String> {
+    let mut ids = Vec::new();
+    for state in ["opening", "active", "detached"] {
+        ids.push(
+            insert(
+                f,
+                NewRow {
+                    state,
+                    person_id,
+                    login_session_id: &session.login_session_id,
+                    device_id: &session.device_id,
+                },
+            )
+            .await,
+        );
+    }
+    ids
+}
+
+/// `(state, close_reason, close_detail, version)` of a session.
+async fn stored(server: &TestServer, id: &str) -> (String, Option<String>, Option<String>, i64) {
+    let row = sqlx::query(
+        "SELECT state, close_reason, close_detail, version FROM terminal_sessions WHERE id = $1",
+    )
+    .bind(id.to_owned())
+    .fetch_one(server.state.db().pool())
+    .await
+    .unwrap();
+    (
+        row.get("state"),
+        row.get("close_reason"),
+        row.get("close_detail"),
+        row.get("version"),
+    )
+}
+
+/// The `terminal_session.changed` payloads of a session with their audience.
+async fn changed_events(server: &TestServer, id: &str) -> Vec<(String, Option<String>, Value)> {
+    sqlx::query(
+        "SELECT audience_kind, audience_id, payload FROM events \
+         WHERE kind = 'terminal_session.changed' ORDER BY position",
+    )
+    .fetch_all(server.state.db().pool())
+    .await
+    .unwrap()
+    .iter()
+    .map(|row| {
+        (
+            row.get::<String, _>("audience_kind"),
+            row.get::<Option<String>, _>("audience_id"),
+            serde_json::from_str::<Value>(&row.get::<String, _>("payload")).unwrap(),
+        )
+    })
+    .filter(|(_, _, payload)| payload["session_id"] == id)
+    .collect()
+}
+
+/// Asserts `id` is closed with `reason` (no detail), with exactly one
+/// terminal.terminate (actor system, target the session, every detail
+/// literal: created at `created_at`, ended at `ended_at`) and one
+/// `terminal_session.changed` to `person_id`.
+async fn assert_ended(
+    f: &Fixture,
+    id: &str,
+    person_id: &str,
+    reason: &str,
+    created_at: i64,
+    ended_at: i64,
+) {
+    let server = &f.server;
+    assert_eq!(
+        stored(server, id).await,
+        ("closed".to_owned(), Some(reason.to_owned()), None, 2),
+        "session {id}"
+    );
+    let terminate: Vec<_> = audit_rows(server)
+        .await
+        .into_iter()
+        .filter(|row| row.action == "terminal.terminate" && row.details["session_id"] == id)
+        .collect();
+    assert_eq!(terminate.len(), 1, "{:?}", terminate);
+    let entry = &terminate[0];
+    assert_eq!(entry.decision, "allow");
+    assert_eq!(entry.actor_kind, "system");
+    assert_eq!(entry.actor_id, None);
+    assert_eq!(entry.target_kind.as_deref(), Some("terminal_session"));
+    assert_eq!(entry.target_id.as_deref(), Some(id));
+    assert_eq!(
+        entry.details,
+        json!({
+            "session_id": id,
+            "close_reason": reason,
+            "bytes_in": 11,
+            "bytes_out": 22,
+            "duration_ms": ended_at - created_at,
+        })
+    );
+    let events = changed_events(server, id).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, "person");
+    assert_eq!(events[0].1.as_deref(), Some(person_id));
+    assert_eq!(
+        events[0].2,
+        json!({
+            "session_id": id,
+            "host_id": f.host_id,
+            "state": "closed",
+            "close_reason": reason,
+        })
+    );
+}
+
+/// Asserts `id` was not touched: `state` as inserted, version 1 (closed:
+/// `client_closed`), no terminal.terminate, no event.
+async fn assert_untouched(f: &Fixture, id: &str, state: &str) {
+    let server = &f.server;
+    let reason = (state == "closed").then(|| "client_closed".to_owned());
+    assert_eq!(
+        stored(server, id).await,
+        (state.to_owned(), reason, None, 1),
+        "session {id}"
+    );
+    assert!(
+        audit_rows(server)
+            .await
+            .iter()
+            .all(|row| !(row.action == "terminal.terminate" && row.details["session_id"] == id)),
+        "no terminal.terminate for {id}"
+    );
+    assert!(
+        changed_events(server, id).await.is_empty(),
+        "no event for {id}"
+    );
+}
+
+fn closed_row<'a>(person_id: &'a str, session: &'a Session) -> NewRow<'a> {
+    NewRow {
+        state: "closed",
+        person_id,
+        login_session_id: &session.login_session_id,
+        device_id: &session.device_id,
+    }
+}
+
+async fn logout_ends_the_sessions_of_that_login_session(engine: Engine) {
+    let f = fixture(engine).await;
+    let created = f.server.clock.now_ms();
+    let ended = three(&f, f.alice.id(), &f.alice.session).await;
+    let closed = insert(&f, closed_row(f.alice.id(), &f.alice.session)).await;
+    let other = three(&f, f.alice.id(), &f.alice_two).await;
+    f.server.clock.advance(std::time::Duration::from_secs(5));
+    let at = f.server.clock.now_ms();
+
+    let reply = post_empty(&f.server, "/api/v1/auth/logout", f.alice.token()).await;
+    assert_eq!(reply.status, 204, "{:?}", reply.body);
+
+    for id in &ended {
+        assert_ended(&f, id, f.alice.id(), "logout", created, at).await;
+    }
+    assert_untouched(&f, &closed, "closed").await;
+    for (id, state) in other.iter().zip(["opening", "active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+    // Logging out again is refused (the token is gone) and changes nothing.
+    let again = post_empty(&f.server, "/api/v1/auth/logout", f.alice.token()).await;
+    assert_eq!(again.status, 401);
+    for id in &ended {
+        assert_ended(&f, id, f.alice.id(), "logout", created, at).await;
+    }
+}
+
+async fn revoking_a_login_session_ends_its_sessions(engine: Engine) {
+    let f = fixture(engine).await;
+    let created = f.server.clock.now_ms();
+    let ended = three(&f, f.alice.id(), &f.alice_two).await;
+    let closed = insert(&f, closed_row(f.alice.id(), &f.alice_two)).await;
+    let kept = three(&f, f.alice.id(), &f.alice.session).await;
+    f.server.clock.advance(std::time::Duration::from_secs(7));
+    let at = f.server.clock.now_ms();
+
+    let path = format!(
+        "/api/v1/auth/sessions/{}/revoke",
+        f.alice_two.login_session_id
+    );
+    let reply = post_empty(&f.server, &path, f.alice.token()).await;
+    assert!(reply.status.is_success(), "{:?}", reply.body);
+
+    for id in &ended {
+        assert_ended(&f, id, f.alice.id(), "session_revoked", created, at).await;
+    }
+    assert_untouched(&f, &closed, "closed").await;
+    for (id, state) in kept.iter().zip(["opening", "active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+}
+
+async fn revoking_a_device_ends_its_sessions(engine: Engine) {
+    let f = fixture(engine).await;
+    let created = f.server.clock.now_ms();
+    // Sessions of the login session on device 2, and one of the login session
+    // on device 1 whose current device is device 2 (as after an attach).
+    let mut ended = three(&f, f.alice.id(), &f.alice_two).await;
+    ended.push(
+        insert(
+            &f,
+            NewRow {
+                state: "active",
+                person_id: f.alice.id(),
+                login_session_id: &f.alice.session.login_session_id,
+                device_id: &f.alice_two.device_id,
+            },
+        )
+        .await,
+    );
+    let closed = insert(&f, closed_row(f.alice.id(), &f.alice_two)).await;
+    let kept = three(&f, f.alice.id(), &f.alice.session).await;
+    f.server.clock.advance(std::time::Duration::from_secs(9));
+    let at = f.server.clock.now_ms();
+
+    let path = format!("/api/v1/devices/{}/revoke", f.alice_two.device_id);
+    let reply = post_empty(&f.server, &path, f.alice.token()).await;
+    assert!(reply.status.is_success(), "{:?}", reply.body);
+
+    for id in &ended {
+        assert_ended(&f, id, f.alice.id(), "device_revoked", created, at).await;
+    }
+    assert_untouched(&f, &closed, "closed").await;
+    for (id, state) in kept.iter().zip(["opening", "active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+}
+
+async fn disabling_a_person_ends_all_their_sessions(engine: Engine) {
+    let f = fixture(engine).await;
+    let created = f.server.clock.now_ms();
+    let mut ended = three(&f, f.bob.id(), &f.bob.session).await;
+    // A second login session of bob, ended before without its sessions (as an
+    // older binary left it): disabling bob still ends its session.
+    let bob_two = f.bob.enrolled.login(&f.server, 4).await;
+    let created_two = f.server.clock.now_ms();
+    let late = insert(
+        &f,
+        NewRow {
+            state: "detached",
+            person_id: f.bob.id(),
+            login_session_id: &bob_two.login_session_id,
+            device_id: &bob_two.device_id,
+        },
+    )
+    .await;
+    sqlx::query("UPDATE login_sessions SET ended_at = $1, end_reason = 'logout' WHERE id = $2")
+        .bind(created_two)
+        .bind(bob_two.login_session_id.clone())
+        .execute(f.server.state.db().pool())
+        .await
+        .unwrap();
+    let closed = insert(&f, closed_row(f.bob.id(), &f.bob.session)).await;
+    let kept = three(&f, f.alice.id(), &f.alice.session).await;
+    f.server.clock.advance(std::time::Duration::from_secs(3));
+    let at = f.server.clock.now_ms();
+
+    let state = &f.server.state;
+    let disabled = bothy_server::identity::admin::disable(state.db(), at, "bob")
+        .await
+        .unwrap();
+    assert!(disabled.changed);
+    ended.sort();
+    for id in &ended {
+        assert_ended(&f, id, f.bob.id(), "user_disabled", created, at).await;
+    }
+    assert_ended(&f, &late, f.bob.id(), "user_disabled", created_two, at).await;
+    assert_untouched(&f, &closed, "closed").await;
+    for (id, state) in kept.iter().zip(["opening", "active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+}
+
+async fn resetting_the_second_factor_revokes_the_sessions(engine: Engine) {
+    let f = fixture(engine).await;
+    let created = f.server.clock.now_ms();
+    let ended = three(&f, f.bob.id(), &f.bob.session).await;
+    let closed = insert(&f, closed_row(f.bob.id(), &f.bob.session)).await;
+    let kept = three(&f, f.alice.id(), &f.alice.session).await;
+    f.server.clock.advance(std::time::Duration::from_secs(4));
+    let at = f.server.clock.now_ms();
+
+    let state = &f.server.state;
+    let reset = bothy_server::identity::admin::reset_second_factor(
+        state.db(),
+        state.pepper(),
+        &state.config().auth,
+        at,
+        "bob",
+    )
+    .await
+    .unwrap();
+    assert_eq!(reset.sessions_ended.len(), 1);
+    for id in &ended {
+        assert_ended(&f, id, f.bob.id(), "session_revoked", created, at).await;
+    }
+    assert_untouched(&f, &closed, "closed").await;
+    for (id, state) in kept.iter().zip(["opening", "active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+}
+
+async fn an_expired_login_session_ends_in_the_sweep(engine: Engine) {
+    let f = fixture(engine).await;
+    let created = f.server.clock.now_ms();
+    // Openings with a fresh grant; the expiry comes before the open deadline.
+    let ended = three(&f, f.alice.id(), &f.alice_two).await;
+    let closed = insert(&f, closed_row(f.alice.id(), &f.alice_two)).await;
+    let kept = three(&f, f.alice.id(), &f.alice.session).await;
+    let expires_at = created + 10_000;
+    sqlx::query("UPDATE login_sessions SET expires_at = $1 WHERE id = $2")
+        .bind(expires_at)
+        .bind(f.alice_two.login_session_id.clone())
+        .execute(f.server.state.db().pool())
+        .await
+        .unwrap();
+    let state = &f.server.state;
+
+    // One millisecond before expires_at the login session is valid.
+    let swept = sweep::run_once(state.db(), state.config(), expires_at - 1)
+        .await
+        .unwrap();
+    assert_eq!(swept, []);
+    // At expires_at it is not (valid only while now < expires_at).
+    let swept = sweep::run_once(state.db(), state.config(), expires_at)
+        .await
+        .unwrap();
+    let mut swept_ids: Vec<String> = swept
+        .iter()
+        .map(|s| {
+            assert_eq!(s.reason.as_str(), "session_revoked");
+            assert_eq!(s.detail, None);
+            s.session_id.hyphenated().to_string()
+        })
+        .collect();
+    swept_ids.sort();
+    let mut expected = ended.clone();
+    expected.sort();
+    assert_eq!(swept_ids, expected);
+    for id in &ended {
+        assert_ended(&f, id, f.alice.id(), "session_revoked", created, expires_at).await;
+    }
+    assert_untouched(&f, &closed, "closed").await;
+    for (id, state) in kept.iter().zip(["opening", "active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+    // A second pass finds nothing: the first committed end wins.
+    let swept = sweep::run_once(state.db(), state.config(), expires_at + MINUTE)
+        .await
+        .unwrap();
+    assert!(
+        swept
+            .iter()
+            .all(|s| !ended.contains(&s.session_id.hyphenated().to_string())),
+        "{swept:?}"
+    );
+}
+
+both_engines!(
+    logout_ends_the_sessions_of_that_login_session,
+    revoking_a_login_session_ends_its_sessions,
+    revoking_a_device_ends_its_sessions,
+    disabling_a_person_ends_all_their_sessions,
+    resetting_the_second_factor_revokes_the_sessions,
+    an_expired_login_session_ends_in_the_sweep,
+);
