@@ -163,6 +163,20 @@ impl Principal {
         }
     }
 
+    /// The person, and only if they are an owner: [`Principal::require_person`]
+    /// then [`PersonPrincipal::require_owner`], each refusal audited for `action`
+    /// — the opening of every owner route.
+    pub async fn require_owner_person(
+        &self,
+        db: &Db,
+        now: UnixMillis,
+        action: AuditAction,
+    ) -> Result<&PersonPrincipal, IdentityError> {
+        let person = self.require_person(db, now, action).await?;
+        person.require_owner(db, now, action).await?;
+        Ok(person)
+    }
+
     /// The JSON of `GET /api/v1/auth/session`.
     pub fn to_json(&self) -> serde_json::Value {
         match self {

@@ -87,11 +87,8 @@ async fn list(
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
-    let actor = principal
-        .require_person(state.db(), now, AuditAction::AuditRead)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::AuditRead)
+    principal
+        .require_owner_person(state.db(), now, AuditAction::AuditRead)
         .await?;
     let (filter, page) = parse(&uri)?;
     let found = audit::list(state.db(), &filter, page)

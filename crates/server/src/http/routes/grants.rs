@@ -78,10 +78,7 @@ async fn create(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::GrantCreate)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::GrantCreate)
+        .require_owner_person(state.db(), now, AuditAction::GrantCreate)
         .await?;
     let object = Object::root(
         &body,
@@ -146,11 +143,8 @@ async fn list(
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
-    let actor = principal
-        .require_person(state.db(), now, AuditAction::HostRead)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::HostRead)
+    principal
+        .require_owner_person(state.db(), now, AuditAction::HostRead)
         .await?;
     let query = QueryParams::parse(&uri, &["host_id"])?;
     let host_id = query.uuid("host_id")?;
@@ -194,10 +188,7 @@ async fn revoke(
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::GrantRevoke)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::GrantRevoke)
+        .require_owner_person(state.db(), now, AuditAction::GrantRevoke)
         .await?;
     let id = path_id(&id)?;
     let revoked = grants::revoke(state.db(), now, actor, id).await?;

@@ -101,10 +101,7 @@ async fn create(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::GroupManage)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::GroupManage)
+        .require_owner_person(state.db(), now, AuditAction::GroupManage)
         .await?;
     let object = Object::root(&body, &["name"])?;
     let name = Username::parse(object.str("name")?).ok_or_else(|| {
@@ -141,11 +138,8 @@ async fn list(
     principal: Principal,
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
-    let actor = principal
-        .require_person(state.db(), now, AuditAction::IdentityRead)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::IdentityRead)
+    principal
+        .require_owner_person(state.db(), now, AuditAction::IdentityRead)
         .await?;
     let mut conn = read_conn(&state).await?;
     let mut answer = Vec::new();
@@ -195,10 +189,7 @@ async fn add_member(
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::GroupManage)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::GroupManage)
+        .require_owner_person(state.db(), now, AuditAction::GroupManage)
         .await?;
     let id = path_id(&id)?;
     let object = Object::root(&body, &["person_id"])?;
@@ -244,10 +235,7 @@ async fn remove_member(
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::GroupManage)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::GroupManage)
+        .require_owner_person(state.db(), now, AuditAction::GroupManage)
         .await?;
     let id = path_id(&id)?;
     let person_id = path_id(&person_id)?;

@@ -164,10 +164,7 @@ async fn update_host(
 ) -> Result<Response, ApiError> {
     let now = state.clock().now_ms();
     let person = principal
-        .require_person(state.db(), now, AuditAction::HostManage)
-        .await?;
-    person
-        .require_owner(state.db(), now, AuditAction::HostManage)
+        .require_owner_person(state.db(), now, AuditAction::HostManage)
         .await?;
     let host_id = path_id(&host_id)?;
     let object = Object::root(&body, UPDATE_MEMBERS)?;
@@ -291,10 +288,7 @@ async fn set_llm_credentials(
 ) -> Result<Response, ApiError> {
     let now = state.clock().now_ms();
     let person = principal
-        .require_person(state.db(), now, AuditAction::HostManage)
-        .await?;
-    person
-        .require_owner(state.db(), now, AuditAction::HostManage)
+        .require_owner_person(state.db(), now, AuditAction::HostManage)
         .await?;
     let host_id = path_id(&host_id)?;
     let object = Object::root(

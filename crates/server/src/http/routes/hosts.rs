@@ -94,10 +94,7 @@ async fn owner<'p>(
     now: i64,
 ) -> Result<&'p PersonPrincipal, ApiError> {
     let person = principal
-        .require_person(state.db(), now, AuditAction::HostManage)
-        .await?;
-    person
-        .require_owner(state.db(), now, AuditAction::HostManage)
+        .require_owner_person(state.db(), now, AuditAction::HostManage)
         .await?;
     Ok(person)
 }

@@ -70,10 +70,7 @@ async fn invite(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::PersonInvite)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::PersonInvite)
+        .require_owner_person(state.db(), now, AuditAction::PersonInvite)
         .await?;
     let object = Object::root(&body, &["username", "role"])?;
     let username = Username::parse(object.str("username")?).ok_or_else(|| {
@@ -124,11 +121,8 @@ async fn list(
     principal: Principal,
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
-    let actor = principal
-        .require_person(state.db(), now, AuditAction::IdentityRead)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::IdentityRead)
+    principal
+        .require_owner_person(state.db(), now, AuditAction::IdentityRead)
         .await?;
     let mut conn = read_conn(&state).await?;
     let persons: Vec<Value> = persons::list(&mut conn)
@@ -172,10 +166,7 @@ async fn enable(
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::PersonEnable)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::PersonEnable)
+        .require_owner_person(state.db(), now, AuditAction::PersonEnable)
         .await?;
     let id = path_id(&id)?;
     let enabled = admin::enable(state.db(), now, actor.actor(), PersonRef::Id(id)).await?;

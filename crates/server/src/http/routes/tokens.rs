@@ -73,10 +73,7 @@ async fn create(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::ApiTokenCreate)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::ApiTokenCreate)
+        .require_owner_person(state.db(), now, AuditAction::ApiTokenCreate)
         .await?;
     let object = Object::root(&body, &["kind", "name", "principal_id"])?;
     let target = if object.has("principal_id") {
@@ -130,11 +127,8 @@ async fn list(
     principal: Principal,
 ) -> Result<Json<Value>, ApiError> {
     let now = state.clock().now_ms();
-    let actor = principal
-        .require_person(state.db(), now, AuditAction::IdentityRead)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::IdentityRead)
+    principal
+        .require_owner_person(state.db(), now, AuditAction::IdentityRead)
         .await?;
     let mut conn = read_conn(&state).await?;
     let tokens: Vec<Value> = api_tokens::list(&mut conn)
@@ -171,10 +165,7 @@ async fn revoke(
 ) -> Result<StatusCode, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
-        .require_person(state.db(), now, AuditAction::ApiTokenRevoke)
-        .await?;
-    actor
-        .require_owner(state.db(), now, AuditAction::ApiTokenRevoke)
+        .require_owner_person(state.db(), now, AuditAction::ApiTokenRevoke)
         .await?;
     let id = path_id(&id)?;
     api_tokens::revoke(state.db(), now, actor, id).await?;
