@@ -95,6 +95,26 @@ impl Initiator {
         })
     }
 
+    /// Starts the handshake with an ephemeral key drawn earlier: the device
+    /// reports the hash of `e` in the open request (`client_ephemeral_key_hash`)
+    /// before the answer tells it the session ID of the prologue.
+    ///
+    /// # Errors
+    /// [`NoiseError::Library`] only if snow refuses the setup (a bug, not input).
+    pub fn with_ephemeral(
+        session_id: Uuid,
+        host_id: Uuid,
+        host_static_public: &[u8; KEY_LEN],
+        ephemeral: EphemeralKey,
+    ) -> Result<Self, NoiseError> {
+        Self::from_parts(
+            PRODUCTION_BACKEND,
+            &prologue(session_id, host_id),
+            host_static_public,
+            ephemeral.private,
+        )
+    }
+
     /// The ephemeral public key `e` that message 1 will carry; the device
     /// reports SHA-256 of it when opening (`client_ephemeral_key_hash`, claim `cek`).
     #[must_use]
@@ -141,6 +161,40 @@ impl fmt::Debug for Initiator {
             .field("handshake", &self.handshake)
             .field("ephemeral_public", &self.ephemeral_public)
             .finish()
+    }
+}
+
+/// The device's ephemeral key pair for one handshake, drawn before the
+/// session ID is known (its hash goes into the open request, 6.1 step 1); it is
+/// consumed by [`Initiator::with_ephemeral`], so it serves one handshake only.
+pub struct EphemeralKey {
+    private: PrivateKey,
+    public: [u8; KEY_LEN],
+}
+
+impl EphemeralKey {
+    /// Draws a key pair from the operating system's random number generator.
+    ///
+    /// # Errors
+    /// [`NoiseError::Rng`] if the random number generator fails.
+    pub fn generate() -> Result<Self, NoiseError> {
+        let private = random_private_key()?;
+        let public = public_key(&private);
+        Ok(Self { private, public })
+    }
+
+    /// The public key `e`; SHA-256 of it is `client_ephemeral_key_hash` (`cek`).
+    #[must_use]
+    pub fn public(&self) -> [u8; KEY_LEN] {
+        self.public
+    }
+}
+
+impl fmt::Debug for EphemeralKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EphemeralKey")
+            .field("public", &self.public)
+            .finish_non_exhaustive()
     }
 }
 

@@ -47,7 +47,7 @@ mod transport;
 mod vectors;
 
 pub use error::NoiseError;
-pub use handshake::{Initiator, Message1, Responder};
+pub use handshake::{EphemeralKey, Initiator, Message1, Responder};
 pub use keys::StaticKeypair;
 pub use limits::{
     HANDSHAKE_OVERHEAD, KEY_LEN, MAX_MESSAGE_LEN, MAX_MESSAGE1_PAYLOAD_LEN,

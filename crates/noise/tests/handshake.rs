@@ -153,3 +153,22 @@ fn message1_debug_hides_the_token() {
         "token bytes must not appear: {shown}"
     );
 }
+
+/// The device draws `e` before it knows the session ID (its hash goes into the
+/// open request); the initiator built later carries exactly that `e`.
+#[test]
+fn an_ephemeral_key_drawn_first_is_the_e_of_message_1() {
+    let host = StaticKeypair::generate().expect("host key");
+    let ephemeral = bothy_noise::EphemeralKey::generate().expect("ephemeral key");
+    let e = ephemeral.public();
+    let session_id = Uuid::from_u128(1);
+    let host_id = Uuid::from_u128(2);
+    let mut device = Initiator::with_ephemeral(session_id, host_id, &host.public(), ephemeral)
+        .expect("initiator");
+    assert_eq!(device.ephemeral_public(), e);
+    let message1 = device.write_message1(b"token").expect("message 1");
+    let mut responder = Responder::new(session_id, host_id, &host).expect("responder");
+    let read = responder.read_message1(&message1).expect("read");
+    assert_eq!(read.initiator_ephemeral, e);
+    assert_eq!(read.payload, b"token");
+}

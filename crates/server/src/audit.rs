@@ -136,6 +136,9 @@ code_enum! {
         GrantRevoke => "grant.revoke",
         /// A disabled person enabled again (I6 checked).
         PersonEnable => "person.enable",
+        /// A person's role changed (owner or member; 8.3 "removal of the
+        /// owner role").
+        PersonSetRole => "person.set_role",
         /// A read of hosts or grants; audited only when denied.
         HostRead => "host.read",
         /// A read of identity lists (persons, sessions, devices, tokens); audited

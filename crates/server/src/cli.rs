@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use tokio::net::TcpListener;
 
 use crate::app::{App, Store};
@@ -18,9 +18,9 @@ use crate::config::{self, Config, ConfigError};
 use crate::db::Db;
 use crate::hosts::HostError;
 use crate::http;
-use crate::identity::admin::{self, Enrollable, PersonRef};
+use crate::identity::admin::{self, Enrollable, PersonRef, RoleAuthority};
 use crate::identity::password::PASSWORD_MIN_CHARS;
-use crate::identity::{ConflictReason, IdentityError};
+use crate::identity::{ConflictReason, IdentityError, Role};
 
 /// Exit code of an invalid configuration (sysexits EX_CONFIG).
 pub const EXIT_CONFIG: u8 = 78;
@@ -91,6 +91,17 @@ enum AdminCommand {
         #[arg(long, value_name = "NAME")]
         username: String,
     },
+    /// Set a person's role. Removing the owner role ends their terminal
+    /// sessions that a member may not have (spec 8.3); the last active owner
+    /// keeps the role.
+    SetRole {
+        /// The person's username.
+        #[arg(long, value_name = "NAME")]
+        username: String,
+        /// The new role.
+        #[arg(long, value_enum)]
+        role: RoleArg,
+    },
     /// Rotate the server signing key of purpose terminal (spec 5.3): publish a
     /// next key in the JWKS now, which signs terminal session tokens once it has
     /// been published for agent.jwks_max_age. Prints the new kid and when it
@@ -102,6 +113,24 @@ enum AdminCommand {
         #[arg(long)]
         now: bool,
     },
+}
+
+/// A role on the command line.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum RoleArg {
+    /// Manages the instance; terminal on every host (I6 and SR12 permitting).
+    Owner,
+    /// Everyone else.
+    Member,
+}
+
+impl From<RoleArg> for Role {
+    fn from(role: RoleArg) -> Role {
+        match role {
+            RoleArg::Owner => Role::Owner,
+            RoleArg::Member => Role::Member,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -260,6 +289,40 @@ async fn admin(config: Config, command: AdminCommand) -> anyhow::Result<()> {
                 other => anyhow::Error::new(other),
             });
         }
+        AdminCommand::SetRole { username, role } => {
+            let role = Role::from(*role);
+            let set = admin::set_role(
+                &db,
+                now,
+                PersonRef::Username(username),
+                role,
+                RoleAuthority::Operator,
+            )
+            .await
+            .map(|done| {
+                if done.changed {
+                    println!(
+                        "{} is now {}; {} terminal session(s) ended.",
+                        done.person.username,
+                        role.as_str(),
+                        done.sessions_ended
+                    );
+                } else {
+                    println!("Already {}: {}.", role.as_str(), done.person.username);
+                }
+            });
+            db.close().await;
+            return set.map_err(|error| match error {
+                HostError::Identity(IdentityError::Conflict(ConflictReason::LastOwner)) => {
+                    anyhow::anyhow!(
+                        "{username:?} is the last active owner; make another person an owner \
+                         first. Nothing changed"
+                    )
+                }
+                HostError::Identity(error) => admin_error(error, &command),
+                other => anyhow::Error::new(other),
+            });
+        }
         AdminCommand::RotateTerminalKey { now: at_once } => {
             let rotated = rotate_terminal_key(&config, &db, &pepper, now, *at_once).await;
             db.close().await;
@@ -364,7 +427,8 @@ fn admin_error(error: IdentityError, command: &AdminCommand) -> anyhow::Error {
         AdminCommand::Bootstrap { username }
         | AdminCommand::ResetSecondFactor { username }
         | AdminCommand::Disable { username }
-        | AdminCommand::Enable { username } => username,
+        | AdminCommand::Enable { username }
+        | AdminCommand::SetRole { username, .. } => username,
         AdminCommand::RotateTerminalKey { .. } => return anyhow::Error::new(error),
     };
     match error {

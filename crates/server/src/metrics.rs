@@ -16,7 +16,7 @@
 //! | `bothy_events_delivered_total` | counter | — | event messages written to event stream sockets (`ready` not counted) |
 //! | `bothy_events_dropped_slow_total` | counter | — | event stream sockets closed with 4014 `slow_consumer` |
 //! | `bothy_terminal_hosts_connected` | gauge | — | hosts whose control connection on this process is connected (first report applied, 3.5) |
-//! | `bothy_terminal_relay_unpaired_total` | counter | `side` (`device`, `host`) | relay sides that found no counterpart within `terminal.open_timeout` and closed with 4102 (section 9) |
+//! | `bothy_terminal_relay_unpaired_total` | counter | `side` (`client`, `host`; spec 9) | relay sides that found no counterpart within `terminal.open_timeout` and closed with 4102 (section 9) |
 //!
 //! The terminal relay's metrics (e.g. `bothy_terminal_relay_unpaired{side}`,
 //! section 9) are registered by the relay when it exists, where they can be tested.
@@ -179,7 +179,7 @@ pub struct Metrics {
     events_sockets: WatchedGauge,
     events_delivered: Counter,
     events_dropped_slow: Counter,
-    /// `bothy_terminal_relay_unpaired_total` for `device` and `host`.
+    /// `bothy_terminal_relay_unpaired_total` for `client` and `host`.
     terminal_relay_unpaired: [Counter; 2],
     /// `bothy_terminal_hosts_connected`.
     control_hosts_connected: WatchedGauge,
@@ -248,9 +248,9 @@ impl Metrics {
         );
         // One statement per series: the family's read guard must be dropped
         // before the next `get_or_create` takes its write lock.
-        let unpaired_device = unpaired.get_or_create(&[("side", "device")]).clone();
+        let unpaired_client = unpaired.get_or_create(&[("side", "client")]).clone();
         let unpaired_host = unpaired.get_or_create(&[("side", "host")]).clone();
-        let terminal_relay_unpaired = [unpaired_device, unpaired_host];
+        let terminal_relay_unpaired = [unpaired_client, unpaired_host];
 
         let control_hosts_connected = WatchedGauge::new();
         registry.register(
@@ -295,10 +295,10 @@ impl Metrics {
         &self.events_dropped_slow
     }
 
-    /// `bothy_terminal_relay_unpaired_total` of `side` (`device`, anything
-    /// else counts as `host`).
+    /// `bothy_terminal_relay_unpaired_total` of `side` (`client`, the device
+    /// stream; anything else counts as `host`).
     pub fn terminal_relay_unpaired(&self, side: &str) -> &Counter {
-        if side == "device" {
+        if side == "client" {
             &self.terminal_relay_unpaired[0]
         } else {
             &self.terminal_relay_unpaired[1]

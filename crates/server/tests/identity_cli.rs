@@ -177,3 +177,47 @@ async fn admin_commands_through_the_binary() {
     let _ = stop.send(());
     server.await.unwrap().unwrap();
 }
+
+/// `admin set-role` (docs/decisions.md D-86): the last active owner keeps the
+/// role, the same role changes nothing, an unknown person and an unknown role
+/// are refused.
+#[test]
+fn set_role_through_the_binary() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let out = admin(&data_dir, &["bootstrap", "--username", "alice"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let out = admin(
+        &data_dir,
+        &["set-role", "--username", "alice", "--role", "member"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("\"alice\" is the last active owner"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Nothing changed"), "{stderr}");
+    let out = admin(
+        &data_dir,
+        &["set-role", "--username", "ALICE", "--role", "owner"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Already owner: alice.\n");
+    let out = admin(
+        &data_dir,
+        &["set-role", "--username", "nobody", "--role", "owner"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("no person has the username \"nobody\""),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = admin(
+        &data_dir,
+        &["set-role", "--username", "alice", "--role", "admin"],
+    );
+    assert_eq!(out.status.code(), Some(2), "a usage error");
+}

@@ -259,7 +259,7 @@ async fn no_canary_reaches_the_metrics(engine: Engine) {
                 .iter()
                 .any(|g| label.starts_with(&format!("route_group=\"{g}\"")))
                 // bothy_terminal_relay_unpaired_total (section 9).
-                || ["device", "host"]
+                || ["client", "host"]
                     .iter()
                     .any(|s| label.starts_with(&format!("side=\"{s}\"}}"))),
             "{label}"

@@ -3,10 +3,11 @@
 //! real WebSocket, on both engines, with the test host peer of
 //! `terminal_common::host_control`.
 //!
-//! Time: the proof's `iat` bounds use the server's manual clock. The timers
-//! that run in the connection task (host_auth_timeout, the heartbeat deadline,
-//! the duplicate probe) are configured short for the tests that wait for them
-//! (docs/decisions.md D-64); nothing sleeps, every test waits on the socket.
+//! Time: the proof's `iat` bounds and the connection's deadlines
+//! (host_auth_timeout, the heartbeat deadline) use the server's manual clock,
+//! which a test moves (docs/decisions.md D-87); only the duplicate probe, a
+//! network answer, is a short real timeout where a test waits for it. Nothing
+//! sleeps, every test waits on the socket.
 //!
 //! Terminal sessions are written directly into the test database (as
 //! `hosts_manage.rs` does): the rows look as the terminal module writes them.
@@ -22,9 +23,12 @@ use bothy_proto::codes::{CloseDetail, CloseReason};
 use bothy_proto::control::{
     ErrorCode, HostMessage, HostOp, HostState, LlmCredentials, ServerMessage,
 };
+use std::time::Duration;
+
 use bothy_server::clock::Clock;
 use bothy_server::db::Engine;
 use bothy_server::events::{Delivery, EphemeralKind};
+use bothy_server::terminal::keys;
 use hosts_common::*;
 use identity_common::audit_of;
 use serde_json::{Value, json};
@@ -32,6 +36,8 @@ use sqlx::Row;
 use support::both_engines;
 use support::server::TestServer;
 use terminal_common::host_control::{HostControl, report};
+use terminal_common::host_data;
+use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
 
 fn uuid(text: &str) -> Uuid {
@@ -478,10 +484,25 @@ async fn ws_binary(control: &mut HostControl) {
 }
 
 async fn auth_timeout_is_4113(engine: Engine) {
-    let World { server, .. } = world_with(engine, "terminal:\n  host_auth_timeout: 300ms\n").await;
+    let World {
+        server,
+        host,
+        host_id,
+        ..
+    } = world(engine).await;
+    // One millisecond before terminal.host_auth_timeout (10 s) the login
+    // still goes through.
     let mut control = HostControl::connect(&server).await;
-    // The host sends nothing; the server's timer closes.
-    assert_eq!(control.closed().await.0, 4113);
+    server.clock.advance(Duration::from_millis(9_999));
+    control.identify(&host.keys, host_id, &[]).await;
+    drop(control);
+    // The host sends nothing; at the deadline the server closes.
+    let mut control = HostControl::connect(&server).await;
+    server.clock.advance(Duration::from_secs(10));
+    assert_eq!(
+        control.closed().await,
+        (4113, "host_auth_failed".to_owned())
+    );
 }
 
 async fn malformed_frames_after_ready_are_4002(engine: Engine) {
@@ -518,16 +539,18 @@ async fn later_ops_reauthorize(engine: Engine) {
         host_id,
     } = world(engine).await;
     let mut control = HostControl::login(&server, &host.keys, host_id).await;
+    // A change written behind the server's back (no host.updated): the next
+    // op reads it.
     set_host_state(&server, host_id, "disabled").await;
     control.heartbeat_send().await;
     assert_eq!(control.closed().await.0, 4111);
 
     set_host_state(&server, host_id, "active").await;
     let mut control = HostControl::login(&server, &host.keys, host_id).await;
-    // A re-pairing (new code) drops the keys: the next op is 4110.
+    // A re-pairing (new code) drops the keys: its host.updated closes the
+    // connection at once with 4110 (9 terminal.host_close), no op needed.
     let _ = new_pairing_code(&server, &owner, &host.host_id).await;
-    control.heartbeat_send().await;
-    assert_eq!(control.closed().await.0, 4110);
+    assert_eq!(control.closed().await, (4110, "host_unpaired".to_owned()));
 }
 
 // ---------------------------------------------------------------------------
@@ -738,19 +761,156 @@ async fn heartbeat_ack_and_miss(engine: Engine) {
         ..
     } = world_with(
         engine,
-        "terminal:\n  host_heartbeat_interval: 200ms\n  host_heartbeat_miss_limit: 1\n",
+        "terminal:\n  host_heartbeat_interval: 5s\n  host_heartbeat_miss_limit: 1\n",
     )
     .await;
     let mut control = HostControl::login(&server, &host.keys, host_id).await;
-    assert_eq!(control.hello.heartbeat_interval_ms, 200);
+    assert_eq!(control.hello.heartbeat_interval_ms, 5_000);
+    // 5 s × (1 + 1) after ready, less one millisecond: still open.
+    server.clock.advance(Duration::from_millis(9_999));
     let ack = control.heartbeat().await;
     assert_eq!(
         ack.server_time,
         u64::try_from(server.clock.now_ms()).unwrap()
     );
     assert_eq!(ack.jwks, None, "the set did not change since hello");
-    // Then nothing: 4009 after 200 ms × 2.
-    assert_eq!(control.closed().await.0, 4009);
+    // The heartbeat moved the deadline: 10 s after it, 4009.
+    server.clock.advance(Duration::from_millis(9_999));
+    let ack = control.heartbeat().await;
+    assert_eq!(ack.jwks, None);
+    server.clock.advance(Duration::from_secs(10));
+    assert_eq!(
+        control.closed().await,
+        (4009, "heartbeat_timeout".to_owned())
+    );
+}
+
+/// 5.3 "JWKS refresh": heartbeat_ack carries the JWKS when the set of purpose
+/// terminal differs from the last one sent on the connection, and only then.
+async fn heartbeat_ack_carries_a_changed_jwks_once(engine: Engine) {
+    let World {
+        server,
+        host,
+        host_id,
+        ..
+    } = world(engine).await;
+    let mut control = HostControl::login(&server, &host.keys, host_id).await;
+    let before: Vec<String> = control
+        .hello
+        .jwks
+        .keys()
+        .iter()
+        .map(|key| key.kid().to_owned())
+        .collect();
+    assert_eq!(control.heartbeat().await.jwks, None);
+    let state = &server.state;
+    let policy = keys::KeyPolicy::from_config(state.config());
+    let rotation = keys::rotate(
+        state.db(),
+        state.pepper(),
+        &policy,
+        keys::RotationMode::Scheduled,
+        server.clock.now_ms(),
+    )
+    .await
+    .unwrap();
+    let keys::Rotation::Scheduled { kid: next, .. } = rotation else {
+        panic!("not scheduled: {rotation:?}")
+    };
+    let jwks = control
+        .heartbeat()
+        .await
+        .jwks
+        .expect("the changed set comes with the next ack");
+    let kids: Vec<String> = jwks.keys().iter().map(|key| key.kid().to_owned()).collect();
+    assert!(kids.contains(&next), "{kids:?}");
+    for kid in &before {
+        assert!(kids.contains(kid), "the active key stays published");
+    }
+    // Unchanged since it was sent: not again.
+    assert_eq!(control.heartbeat().await.jwks, None);
+}
+
+/// 3.5: a full outbound queue (sync.outbound_queue_max) closes with 4014.
+async fn full_outbound_queue_is_4014(engine: Engine) {
+    let World {
+        server,
+        host,
+        host_id,
+        ..
+    } = world_with(engine, "sync:\n  outbound_queue_max: 1\n").await;
+    // ready and two session.close (unknown sessions) are queued in one go:
+    // the second frame finds the queue of one full.
+    let unknown = [
+        Uuid::from_u128(0x0192_0000_0000_7000_8000_0000_0000_0011),
+        Uuid::from_u128(0x0192_0000_0000_7000_8000_0000_0000_0012),
+    ];
+    let mut control = HostControl::connect(&server).await;
+    let identify = control.identify_for(&host.keys, host_id, &unknown);
+    control.send(&HostMessage::Identify(identify)).await;
+    assert_eq!(control.closed().await, (4014, "slow_consumer".to_owned()));
+    assert_eq!(server.state.local_control_links().conn_id(host_id), None);
+}
+
+/// 6.3 "Rate limits of the terminal channels" on the host's connections:
+/// rl.host after the proof, rl.public_auth for refused proofs, 4008 with
+/// `retry_after=<seconds>`.
+async fn rate_limits_of_the_host_connections(engine: Engine) {
+    let World {
+        server,
+        host,
+        host_id,
+        ..
+    } = world_with(
+        engine,
+        "rl:\n  public_auth:\n    burst: 1\n    refill_per_minute: 1\n  host:\n    burst: 1\n    \
+         refill_per_minute: 1\n",
+    )
+    .await;
+    let stranger = HostKeys::generate(99);
+    // A refused proof (another login key: 4110) takes the address's token.
+    let mut control = HostControl::connect(&server).await;
+    let identify = control.identify_for(&stranger, host_id, &[]);
+    control.send(&HostMessage::Identify(identify)).await;
+    assert_eq!(control.closed().await.0, 4110);
+    // While the bucket is empty even a good proof is not looked at.
+    let mut control = HostControl::connect(&server).await;
+    let identify = control.identify_for(&host.keys, host_id, &[]);
+    control.send(&HostMessage::Identify(identify)).await;
+    assert_eq!(control.closed().await, (4008, "retry_after=60".to_owned()));
+    assert!(audit_of(&server, "host.connect", "deny").await.len() == 1);
+
+    // A minute later the login goes through and takes the host's token.
+    server.clock.advance(Duration::from_secs(60));
+    let mut control = HostControl::login(&server, &host.keys, host_id).await;
+    // rl.host is empty now: another control connection and a data
+    // connection of the host get 4008 after their proof.
+    let mut second = HostControl::connect(&server).await;
+    let identify = second.identify_for(&host.keys, host_id, &[]);
+    second.send(&HostMessage::Identify(identify)).await;
+    assert_eq!(second.closed().await, (4008, "retry_after=60".to_owned()));
+    let session = Uuid::from_u128(0x0192_0000_0000_7000_8000_0000_0000_0021);
+    let mut data = host_data::login(&server, session, host_id, &host.keys).await;
+    assert_eq!(
+        host_data::closed(&mut data).await,
+        (4008, "retry_after=60".to_owned())
+    );
+    // A refused proof on a data connection takes the refilled address token.
+    let (mut data, _) = host_data::open(&server, session).await;
+    let proof = host_data::proof(&host.keys, host_id, [0u8; 32], server.clock.now_ms());
+    support::ws::send(
+        &mut data,
+        Message::text(host_data::identify_text(host_id, proof, Some(session))),
+    )
+    .await;
+    assert_eq!(host_data::closed(&mut data).await.0, 4113);
+    let mut data = host_data::login(&server, session, host_id, &host.keys).await;
+    assert_eq!(
+        host_data::closed(&mut data).await,
+        (4008, "retry_after=60".to_owned())
+    );
+    // The first connection is untouched.
+    assert_eq!(control.heartbeat().await.jwks, None);
 }
 
 // ---------------------------------------------------------------------------
@@ -784,6 +944,62 @@ async fn duplicate_dead_is_replaced(engine: Engine) {
     new.send(&HostMessage::Report(report(&["alice_os", "spare"])))
         .await;
     new.wait_connected(&server, host_id).await;
+}
+
+/// 3.4 "Unconfirmed host": a live duplicate of a host in confirming takes
+/// the fallback of 3.2 — back to pairing, keys dropped (key_fingerprint
+/// stays), host.updated with key_changed — and both connections close with
+/// 4112.
+async fn duplicate_of_a_confirming_host_falls_back_to_pairing(engine: Engine) {
+    let World { server, owner, .. } = world(engine).await;
+    let (host_id, code) = create_host(&server, &owner, "unconfirmed", None).await;
+    let keys = HostKeys::generate(31);
+    let paired = pair(&server, &code, &keys, &["alice_os"]).await;
+    assert_eq!(paired.status, 200, "{:?}", paired.body);
+    let id = uuid(&host_id);
+    let old = HostControl::login(&server, &keys, id).await;
+    let reader = tokio::spawn(async move {
+        let mut old = old;
+        old.closed().await
+    });
+    let mut new = HostControl::connect(&server).await;
+    let identify = new.identify_for(&keys, id, &[]);
+    new.send(&HostMessage::Identify(identify)).await;
+    assert_eq!(new.closed().await, (4112, "host_duplicate".to_owned()));
+    assert_eq!(reader.await.unwrap(), (4112, "host_duplicate".to_owned()));
+
+    let row = sqlx::query(
+        "SELECT state, noise_public_key, auth_public_jwk, auth_jkt, key_fingerprint \
+         FROM hosts WHERE id = $1",
+    )
+    .bind(&host_id)
+    .fetch_one(server.state.db().pool())
+    .await
+    .unwrap();
+    assert_eq!(row.get::<String, _>("state"), "pairing");
+    assert_eq!(row.get::<Option<String>, _>("noise_public_key"), None);
+    assert_eq!(row.get::<Option<String>, _>("auth_public_jwk"), None);
+    assert_eq!(row.get::<Option<String>, _>("auth_jkt"), None);
+    assert!(row.get::<Option<String>, _>("key_fingerprint").is_some());
+    let updates = host_updated_events(&server, &host_id).await;
+    let last = updates.last().unwrap();
+    assert_eq!(
+        (&last["state"], &last["key_changed"]),
+        (&json!("pairing"), &json!(true))
+    );
+    let denials = audit_of(&server, "host.connect", "deny").await;
+    let duplicate: Vec<_> = denials
+        .iter()
+        .filter(|row| row.details.get("code") == Some(&json!("duplicate_connection")))
+        .collect();
+    assert_eq!(duplicate.len(), 1);
+    assert_eq!(duplicate[0].details["from_state"], "confirming");
+    assert_eq!(duplicate[0].details["to_state"], "pairing");
+    // Keys dropped: the old keys log in no more.
+    let mut again = HostControl::connect(&server).await;
+    let identify = again.identify_for(&keys, id, &[]);
+    again.send(&HostMessage::Identify(identify)).await;
+    assert_eq!(again.closed().await.0, 4110);
 }
 
 async fn duplicate_alive_disables(engine: Engine) {
@@ -1141,7 +1357,11 @@ both_engines!(
     report_without_a_name_ends_its_sessions,
     server_host_report_ends_non_owner_sessions,
     heartbeat_ack_and_miss,
+    heartbeat_ack_carries_a_changed_jwks_once,
+    full_outbound_queue_is_4014,
+    rate_limits_of_the_host_connections,
     duplicate_dead_is_replaced,
+    duplicate_of_a_confirming_host_falls_back_to_pairing,
     duplicate_alive_disables,
     live_sessions_reconciliation,
     session_started_and_ended,

@@ -11,8 +11,12 @@
 //!
 //! Time: every deadline of the relay is on the server's manual clock, which
 //! its ticker reads every `TICK` (100 ms); a test moves the clock and waits
-//! on the socket for the close.
+//! on the socket for the close, or — to see that nothing happens — for two
+//! more looks of the ticker (`Relay::ticks`). The job terminal.sweep stays out
+//! of the way (`TestServer`'s default), so every end these tests see is the
+//! relay's own (docs/decisions.md D-88).
 
+mod console_common;
 mod hosts_common;
 mod identity_common;
 mod support;
@@ -22,7 +26,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use bothy_proto::codes::CloseReason;
+use bothy_proto::codes::{CloseDetail, CloseReason};
 use bothy_server::clock::Clock;
 use bothy_server::db::{self, Engine};
 use bothy_server::terminal::{EndScope, end};
@@ -32,12 +36,18 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use uuid::Uuid;
 
-use hosts_common::{ActiveHost, HostKeys, Person, active_host, owner_person};
+use console_common::{ORIGIN, add_passkey, console_login};
+use hosts_common::{
+    ActiveHost, HostKeys, Person, active_host, etag_of, get_host, owner_person, send, step_up,
+};
 use identity_common::{audit_and_event_text, audit_of, post_empty};
+use reqwest::Method;
+use serde_json::json;
 use support::both_engines;
 use support::server::TestServer;
 use support::ws::{self, Options, WAIT};
 use terminal_common::device::{self, DevicePeer};
+use terminal_common::host_control::HostControl;
 use terminal_common::host_data::{self, Frame, HostPeer, closed, next_binary, next_frame};
 
 // ---- fixture ----------------------------------------------------------------
@@ -99,6 +109,22 @@ impl Fixture {
 
     /// A session row of the owner on the host, in `state`.
     async fn session(&self, state: &str) -> Uuid {
+        self.session_of(
+            state,
+            &self.owner.session.login_session_id,
+            Some(&self.owner.session.device_id),
+        )
+        .await
+    }
+
+    /// A session row of the owner's login session `login_session_id` with
+    /// device `device_id` (none: the console's, D-73), in `state`.
+    async fn session_of(
+        &self,
+        state: &str,
+        login_session_id: &str,
+        device_id: Option<&str>,
+    ) -> Uuid {
         let id = new_id();
         let now = self.now();
         let started = (state != "opening").then_some(now);
@@ -117,8 +143,8 @@ impl Fixture {
         .bind(db::id_text(&id))
         .bind(&self.host.host_id)
         .bind(self.owner.id())
-        .bind(&self.owner.session.login_session_id)
-        .bind(&self.owner.session.device_id)
+        .bind(login_session_id)
+        .bind(device_id)
         .bind(&self.session_user_id)
         .bind(state)
         .bind(reason)
@@ -188,6 +214,20 @@ impl Fixture {
             self.owner.token(),
         )
         .await
+    }
+
+    /// Waits until the relay's ticker looked at the clock twice more: what
+    /// was due at the clock's time now has been acted on (or nothing was).
+    async fn relay_looked(&self) {
+        let relay = self.server.state.relay();
+        let seen = relay.ticks();
+        wait_until(|| relay.ticks() >= seen + 2).await;
+    }
+
+    /// The host's control connection, logged in with a report naming the
+    /// owner's session user.
+    async fn control(&self) -> HostControl {
+        HostControl::connected(&self.server, &self.host.keys, self.host_id, &["olivia"]).await
     }
 
     fn unpaired(&self, side: &str) -> u64 {
@@ -567,21 +607,20 @@ async fn backpressure_slow_device_gets_4014(engine: Engine) {
         host
     });
     let relay = f.server.state.relay();
-    // Until the transport toward the device is full too, a stall may end
-    // when the kernel takes more bytes; then it lasts (the device reads
-    // nothing): wait for a stall that persists.
+    // No room within terminal.relay_stall_timeout: the device gets 4014 and
+    // leaves the relay. Until the transport toward the device is full too, a
+    // wait for room may end because the kernel took more bytes, and a new
+    // wait counts from a later clock reading: then the clock moves again.
     loop {
         wait_until(|| relay.is_stalled(id)).await;
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        if relay.is_stalled(id) {
+        let stalls = relay.stalls(id);
+        f.server.clock.advance(Duration::from_secs(10));
+        wait_until(|| !relay.sides(id).device || relay.stalls(id) != stalls).await;
+        if !relay.sides(id).device {
             break;
         }
     }
-    // No room within terminal.relay_stall_timeout: the device gets 4014.
-    f.server.clock.advance(Duration::from_secs(10));
-    // The relay acts on its next look at the clock; only then does the
-    // device read again.
-    wait_until(|| !relay.is_stalled(id)).await;
+    // Only now does the device read again.
     let mut expected = 0u32;
     let close = loop {
         match next_frame(&mut device).await {
@@ -612,8 +651,8 @@ async fn lone_device_of_an_opening(engine: Engine) {
     f.sides(id, true, false).await;
     f.server.clock.advance(Duration::from_secs(19));
     f.server.clock.advance(Duration::from_millis(999));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(f.unpaired("device"), 0, "not before the deadline");
+    f.relay_looked().await;
+    assert_eq!(f.unpaired("client"), 0, "not before the deadline");
     f.server.clock.advance(Duration::from_millis(1));
     assert_eq!(
         closed(&mut d).await,
@@ -623,14 +662,14 @@ async fn lone_device_of_an_opening(engine: Engine) {
     let (_, reason, detail, ..) = f.row(id).await;
     assert_eq!(reason.as_deref(), Some("open_failed"));
     assert_eq!(detail.as_deref(), Some("open_timeout"));
-    assert_eq!(f.unpaired("device"), 1);
+    assert_eq!(f.unpaired("client"), 1);
     assert_eq!(f.unpaired("host"), 0);
     let ends = audit_of(&f.server, "terminal.terminate", "allow").await;
     assert_eq!(ends.len(), 1);
     assert_eq!(ends[0].details["close_detail"], "open_timeout");
     let metrics = f.server.state.metrics().render().expect("render");
     assert!(
-        metrics.contains("bothy_terminal_relay_unpaired_total{side=\"device\"} 1"),
+        metrics.contains("bothy_terminal_relay_unpaired_total{side=\"client\"} 1"),
         "{metrics}"
     );
 }
@@ -659,7 +698,7 @@ async fn lone_sides_of_a_started_session(engine: Engine) {
     f.sides(id, false, true).await;
     f.server.clock.advance(Duration::from_secs(20));
     // The lone host of a started session waits; not unpaired.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    f.relay_looked().await;
     assert_eq!(f.unpaired("host"), 0);
     assert_eq!(f.state_of(id).await, "detached");
     drop(h.close(None).await);
@@ -673,7 +712,7 @@ async fn lone_sides_of_a_started_session(engine: Engine) {
         closed(&mut d).await,
         (4102, "terminal_host_unavailable".into())
     );
-    assert_eq!(f.unpaired("device"), 1);
+    assert_eq!(f.unpaired("client"), 1);
     assert_eq!(f.state_of(id).await, "detached");
 }
 
@@ -696,7 +735,7 @@ async fn host_4104_handed_to_the_device(engine: Engine) {
     let (_, reason, detail, ..) = f.row(id).await;
     assert_eq!(reason.as_deref(), Some("open_failed"));
     assert_eq!(detail.as_deref(), Some("token_invalid"));
-    assert_eq!(f.unpaired("device"), 0, "a paired side is never unpaired");
+    assert_eq!(f.unpaired("client"), 0, "a paired side is never unpaired");
 }
 
 async fn newer_device_replaces_the_older(engine: Engine) {
@@ -784,9 +823,18 @@ async fn idle_end_without_the_host(engine: Engine) {
     let input_at = f.now();
     // Host output does not.
     f.server.clock.advance(Duration::from_secs(31 * 60));
+    // idle_grace passed since the last write: the next look writes the
+    // pending counters.
+    tokio::time::timeout(WAIT, async {
+        while f.row(id).await.3 != 40 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("counters written");
     h.send(Message::binary(vec![7u8; 10])).await.expect("send");
     assert_eq!(next_binary(&mut d).await, vec![7u8; 10]);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    f.relay_looked().await;
     assert_eq!(
         f.state_of(id).await,
         "active",
@@ -840,7 +888,7 @@ async fn bytes_written_once_per_idle_grace(engine: Engine) {
     let (mut h, mut d) = paired(&f, id).await;
     d.send(Message::binary(vec![1u8; 100])).await.expect("send");
     assert_eq!(next_binary(&mut h).await.len(), 100);
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    f.relay_looked().await;
     assert_eq!(f.row(id).await.3, 0, "not before idle_grace");
     f.server.clock.advance(Duration::from_secs(120));
     tokio::time::timeout(WAIT, async {
@@ -878,6 +926,240 @@ async fn shutdown_closes_both_with_4013(engine: Engine) {
     let _ = stopping.await;
 }
 
+// ---- ends reported through session.ended (5.3 StreamCodeForEnd) ------------------
+
+/// 5.3, 6.1 step 7: a refusal the host service reports through
+/// `session.ended` (open_failed with a detail of 5.3) reaches the device with
+/// the code it would have closed its data connection with; the host's data
+/// connection gets 4100 with the close_reason.
+async fn refusal_through_session_ended_reaches_the_device_with_its_code(engine: Engine) {
+    let f = fixture(engine).await;
+    let mut control = f.control().await;
+    for (detail, code) in [
+        (CloseDetail::HandshakeFailed, 4104),
+        (CloseDetail::TokenExpired, 4101),
+        (CloseDetail::ProfileUnknown, 4104),
+    ] {
+        let id = f.session("opening").await;
+        let (mut h, mut d) = paired(&f, id).await;
+        control
+            .session_ended(id, CloseReason::OpenFailed, Some(detail), None)
+            .await;
+        assert_eq!(closed(&mut d).await, (code, detail.as_str().to_owned()));
+        assert_eq!(closed(&mut h).await, (4100, "open_failed".into()));
+        let (state, reason, stored, ..) = f.row(id).await;
+        assert_eq!(
+            (state.as_str(), reason.as_deref(), stored.as_deref()),
+            ("closed", Some("open_failed"), Some(detail.as_str()))
+        );
+    }
+    // Every other end: 4100 with the close_reason, also open_failed with a
+    // detail that is no refused handshake.
+    let id = f.session("opening").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    control
+        .session_ended(
+            id,
+            CloseReason::OpenFailed,
+            Some(CloseDetail::LocalConfirmDenied),
+            None,
+        )
+        .await;
+    assert_eq!(closed(&mut d).await, (4100, "open_failed".into()));
+    assert_eq!(closed(&mut h).await, (4100, "open_failed".into()));
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    control
+        .session_ended(id, CloseReason::ProcessExited, None, Some(0))
+        .await;
+    assert_eq!(closed(&mut d).await, (4100, "process_exited".into()));
+    assert_eq!(closed(&mut h).await, (4100, "process_exited".into()));
+    assert_eq!(f.unpaired("client") + f.unpaired("host"), 0);
+}
+
+/// 6.1 step 7, M2-44: session.started with the device side present makes
+/// the opening active (not detached).
+async fn session_started_with_the_device_present_is_active(engine: Engine) {
+    let f = fixture(engine).await;
+    let mut control = f.control().await;
+    let id = f.session("opening").await;
+    let (_h, _d) = paired(&f, id).await;
+    control.session_started(id).await;
+    control.heartbeat().await;
+    let row =
+        sqlx::query("SELECT state, started_at, detached_at FROM terminal_sessions WHERE id = $1")
+            .bind(db::id_text(&id))
+            .fetch_one(f.server.state.db().pool())
+            .await
+            .expect("row");
+    assert_eq!(row.get::<String, _>("state"), "active");
+    assert_eq!(row.get::<Option<i64>, _>("started_at"), Some(f.now()));
+    assert_eq!(row.get::<Option<i64>, _>("detached_at"), None);
+    let events = audit_and_event_text(&f.server).await;
+    assert!(
+        events.contains("\"state\":\"active\""),
+        "terminal_session.changed"
+    );
+}
+
+/// 8.3, 3.1: disabling the host (PATCH state disabled) ends its sessions in
+/// the same unit of work; the live relay closes both sides with 4100
+/// `host_disabled`, the control connection gets `session.close` and then
+/// 4111.
+async fn disabling_the_host_closes_a_live_relay(engine: Engine) {
+    let f = fixture(engine).await;
+    let mut control = f.control().await;
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    let tag = etag_of(&get_host(&f.server, f.owner.token(), &f.host.host_id).await);
+    let step_up_id = step_up(&f.server, &f.owner).await;
+    let reply = send(
+        &f.server,
+        Method::PATCH,
+        &format!("/api/v1/hosts/{}", f.host.host_id),
+        Some(f.owner.token()),
+        Some(&json!({"state": "disabled", "reason": "stolen laptop", "step_up_id": step_up_id})),
+        &[("if-match", tag.as_str())],
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(closed(&mut d).await, (4100, "host_disabled".into()));
+    assert_eq!(closed(&mut h).await, (4100, "host_disabled".into()));
+    match control.message().await {
+        bothy_proto::control::ServerMessage::SessionClose(close) => {
+            assert_eq!(
+                (close.session_id, close.close_reason),
+                (id, CloseReason::HostDisabled)
+            );
+        }
+        other => panic!("expected session.close, got {other:?}"),
+    }
+    assert_eq!(control.closed().await, (4111, "host_disabled".into()));
+    let (state, reason, ..) = f.row(id).await;
+    assert_eq!(
+        (state.as_str(), reason.as_deref()),
+        ("closed", Some("host_disabled"))
+    );
+}
+
+// ---- rate limits (6.3) -------------------------------------------------------------
+
+/// 6.3 "Rate limits of the terminal channels" on the device stream: the
+/// person's rl.terminal after the credential check; rl.public_auth of the
+/// address for 4004 and 4012 of a presented credential, checked before the
+/// credential; 4008 with `retry_after=<seconds>`.
+async fn rate_limits_of_the_device_stream(engine: Engine) {
+    let f = fixture_with(
+        engine,
+        "rl:\n  terminal:\n    burst: 1\n    refill_per_minute: 1\n  public_auth:\n    burst: 2\n    \
+         refill_per_minute: 2\n",
+    )
+    .await;
+    let id = f.session("detached").await;
+    let revoked = f.owner.enrolled.login(&f.server, 2).await;
+    let reply = post_empty(&f.server, "/api/v1/auth/logout", &revoked.token).await;
+    assert_eq!(reply.status, 204, "{:?}", reply.body);
+    let server = &f.server;
+    // The first stream takes the person's token; the next one finds none.
+    let _first = device::login(server, id, f.owner.token()).await;
+    let mut d = device::identify(server, id, Some(f.owner.token())).await;
+    assert_eq!(closed(&mut d).await, (4008, "retry_after=60".into()));
+    // Two failed checks of a presented credential empty the address's bucket.
+    let mut d = device::identify(server, id, Some("nonsense")).await;
+    assert_eq!(closed(&mut d).await.0, 4004);
+    let mut d = device::identify(server, id, Some(&revoked.token)).await;
+    assert_eq!(closed(&mut d).await.0, 4012);
+    // Now a credential is not even checked.
+    let mut d = device::identify(server, id, Some(f.owner.token())).await;
+    assert_eq!(closed(&mut d).await, (4008, "retry_after=30".into()));
+    let mut d = device::identify(server, id, Some("nonsense")).await;
+    assert_eq!(closed(&mut d).await, (4008, "retry_after=30".into()));
+    // No credential at all presents nothing: 4004, not limited.
+    let mut d = device::identify(server, id, None).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    // 30 s later the address has a token again; the person's needs 30 s more.
+    server.clock.advance(Duration::from_secs(30));
+    let mut d = device::identify(server, id, Some(f.owner.token())).await;
+    assert_eq!(closed(&mut d).await, (4008, "retry_after=30".into()));
+    server.clock.advance(Duration::from_secs(30));
+    let _second = device::login(server, id, f.owner.token()).await;
+}
+
+// ---- the web console's cookie (DESIGN 3.4, spec 12) ---------------------------------
+
+/// The console authenticates the device stream with its cookie at the upgrade
+/// and sends identify without a token; the cookie counts only from the origin
+/// of `server.public_url`.
+async fn console_cookie_identify(engine: Engine) {
+    let f = fixture(engine).await;
+    let server = &f.server;
+    let mut key = add_passkey(server, &f.owner).await;
+    let console = console_login(server, &f.owner, &mut key).await;
+    let id = f
+        .session_of("opening", &console.login_session_id, None)
+        .await;
+    let cookie = format!("bothy_session={}", console.cookie);
+    let with = |origin: &'static str| [("cookie", cookie.clone()), ("origin", origin.to_owned())];
+    let identify = |headers: Vec<(String, String)>, token: Option<String>| async move {
+        let headers: Vec<(&str, &str)> = headers
+            .iter()
+            .map(|(name, value)| (name.as_str(), value.as_str()))
+            .collect();
+        device::identify_with_headers(server, id, token.as_deref(), &headers).await
+    };
+    let owned = |pairs: [(&str, String); 2]| -> Vec<(String, String)> {
+        pairs.into_iter().map(|(n, v)| (n.to_owned(), v)).collect()
+    };
+
+    // The cookie from the console's own origin: ready.
+    let mut d = identify(owned(with(ORIGIN)), None).await;
+    device::expect_ready(&mut d, id).await;
+    f.sides(id, true, false).await;
+    drop(d);
+    // From another origin, or without one, the cookie does not count: no
+    // credential, 4004.
+    let mut d = identify(owned(with("https://evil.example")), None).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    let mut d = identify(vec![("cookie".to_owned(), cookie.clone())], None).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    // Neither a token nor a cookie: 4004.
+    let mut d = identify(vec![("origin".to_owned(), ORIGIN.to_owned())], None).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    // The console's token as access_token, a CLI token as the cookie: 4004.
+    let mut d = identify(Vec::new(), Some(console.cookie.clone())).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    let cli_cookie = [
+        ("cookie", format!("bothy_session={}", f.owner.token())),
+        ("origin", ORIGIN.to_owned()),
+    ];
+    let mut d = identify(owned(cli_cookie), None).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    // The console's cookie for a session of the CLI's device: 4004 and a
+    // terminal.stream denial; the CLI's token for the console's session too.
+    let cli_session = f.session("opening").await;
+    let headers: Vec<(String, String)> = owned(with(ORIGIN));
+    let pairs: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(name, value)| (name.as_str(), value.as_str()))
+        .collect();
+    let mut d = device::identify_with_headers(server, cli_session, None, &pairs).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    let mut d = device::identify(server, id, Some(f.owner.token())).await;
+    assert_eq!(closed(&mut d).await, (4004, "credential_invalid".into()));
+    let denials = audit_of(server, "terminal.stream", "deny").await;
+    assert_eq!(denials.len(), 2, "{denials:?}");
+    assert!(
+        denials
+            .iter()
+            .all(|row| row.details["reason"] == "device_mismatch")
+    );
+    // After the console's logout its cookie is revoked: 4012.
+    let logout = console_common::console_post(server, &console, "/api/v1/auth/logout", None).await;
+    assert_eq!(logout.status, 204, "{:?}", logout.body);
+    let mut d = identify(owned(with(ORIGIN)), None).await;
+    assert_eq!(closed(&mut d).await, (4012, "credential_revoked".into()));
+}
+
 both_engines!(
     data_identify_outcomes,
     device_identify_outcomes,
@@ -896,4 +1178,9 @@ both_engines!(
     detach_expiry_end,
     bytes_written_once_per_idle_grace,
     shutdown_closes_both_with_4013,
+    refusal_through_session_ended_reaches_the_device_with_its_code,
+    session_started_with_the_device_present_is_active,
+    disabling_the_host_closes_a_live_relay,
+    rate_limits_of_the_device_stream,
+    console_cookie_identify,
 );

@@ -1,6 +1,9 @@
 //! The identity revocations of 8.3 end terminal sessions in their own unit of
-//! work (M2-46: `identity.SessionEnded`, `identity.DeviceRevoked`), on both
-//! engines, through the real server and its real routes: logout (`logout`),
+//! work (M2-46: `identity.SessionEnded`, `identity.DeviceRevoked`,
+//! `authorize.AccessChanged` for a removed owner role), on both engines,
+//! through the real server and its real routes: the removal of the owner role
+//! (`access_revoked` where SR10 or a missing grant no longer allows the
+//! session; never the last active owner), logout (`logout`),
 //! revoking a login session (`session_revoked`), revoking a device
 //! (`device_revoked`, also a session whose current device it is under another
 //! login session), disabling a person (`user_disabled`), resetting the second
@@ -24,7 +27,7 @@ use bothy_server::clock::Clock;
 use bothy_server::db::Engine;
 use bothy_server::terminal::sweep;
 use hosts_common::*;
-use identity_common::{Session, audit_rows, post_empty};
+use identity_common::{Session, audit_rows, post, post_empty};
 use serde_json::{Value, json};
 use sqlx::Row;
 use support::both_engines;
@@ -79,7 +82,11 @@ struct NewRow<'a> {
 /// Inserts a session as the terminal module writes it (bytes 11 in, 22 out,
 /// created now, closed ones with `client_closed`); its ID.
 async fn insert(f: &Fixture, row: NewRow<'_>) -> String {
-    let server = &f.server;
+    insert_at(&f.server, &f.host_id, row).await
+}
+
+/// [`insert`] on the host `host_id`.
+async fn insert_at(server: &TestServer, host_id: &str, row: NewRow<'_>) -> String {
     let now = server.clock.now_ms();
     let id = bothy_proto::ids::uuid_v7(u64::try_from(now).unwrap())
         .unwrap()
@@ -94,7 +101,7 @@ async fn insert(f: &Fixture, row: NewRow<'_>) -> String {
         "SELECT id FROM host_session_users WHERE host_id = $1 AND person_id = $2 \
          AND ended_at IS NULL",
     )
-    .bind(f.host_id.clone())
+    .bind(host_id.to_owned())
     .bind(row.person_id.to_owned())
     .fetch_one(pool)
     .await
@@ -110,7 +117,7 @@ async fn insert(f: &Fixture, row: NewRow<'_>) -> String {
          $12, $13)",
     )
     .bind(id.clone())
-    .bind(f.host_id.clone())
+    .bind(host_id.to_owned())
     .bind(row.person_id.to_owned())
     .bind(row.login_session_id.to_owned())
     .bind(row.device_id.to_owned())
@@ -491,7 +498,258 @@ async fn an_expired_login_session_ends_in_the_sweep(engine: Engine) {
     );
 }
 
+/// `POST /api/v1/persons/{id}/role` with a fresh step-up of `by`.
+async fn set_role(f: &Fixture, by: &Person, person_id: &str, role: &str) -> identity_common::Reply {
+    let step_up_id = step_up(&f.server, by).await;
+    post(
+        &f.server,
+        &format!("/api/v1/persons/{person_id}/role"),
+        Some(by.token()),
+        json!({"role": role, "reason": "team change", "step_up_id": step_up_id}),
+    )
+    .await
+}
+
+/// The role of a person as stored.
+async fn role_of(server: &TestServer, person_id: &str) -> String {
+    sqlx::query_scalar("SELECT role FROM persons WHERE principal_id = $1")
+        .bind(person_id.to_owned())
+        .fetch_one(server.state.db().pool())
+        .await
+        .unwrap()
+}
+
+/// 8.3 "removal of the owner role": SR10 binds the former owner at once. In
+/// the unit of work of the change the permission version rises and every
+/// session they may no longer have ends with `access_revoked` — on a host not
+/// assigned to them, on a host of theirs without a grant, on the server host
+/// — while the session on their own host with a grant stays. The last
+/// active owner is never demoted.
+async fn removing_the_owner_role_ends_what_sr10_no_longer_allows(engine: Engine) {
+    let f = fixture(engine).await;
+    let server = &f.server;
+    let bob_id = f.bob.id().to_owned();
+    // alice makes bob an owner.
+    let reply = set_role(&f, &f.alice, &bob_id, "owner").await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.body["person"]["role"], "owner");
+    assert_eq!(
+        (&reply.body["changed"], &reply.body["sessions_ended"]),
+        (&json!(true), &json!(0))
+    );
+
+    // bob's own host with a grant, his host without one, and a server host
+    // of his with a grant.
+    let own = active_host(
+        server,
+        &f.alice,
+        "bobs",
+        Some(&bob_id),
+        21,
+        &["bob_os"],
+        &[(&bob_id, "bob_os")],
+    )
+    .await;
+    let bare = active_host(
+        server,
+        &f.alice,
+        "bare",
+        Some(&bob_id),
+        22,
+        &["bob_os"],
+        &[(&bob_id, "bob_os")],
+    )
+    .await;
+    let (srv, code) = create_host(server, &f.alice, "srv", Some(&bob_id)).await;
+    let paired = pair(server, &code, &HostKeys::generate(23), &["bob_os"]).await;
+    assert_eq!(paired.status, 200, "{:?}", paired.body);
+    let confirmed = confirm(
+        server,
+        &f.alice,
+        &srv,
+        &reply_prefix(&paired),
+        "none",
+        None,
+        true,
+        &[(&bob_id, "bob_os")],
+    )
+    .await;
+    assert_eq!(confirmed.status, 200, "{:?}", confirmed.body);
+    for host in [own.host_id.as_str(), srv.as_str()] {
+        let grant = post(
+            server,
+            "/api/v1/grants",
+            Some(f.alice.token()),
+            json!({"host_id": host, "recipient_kind": "person", "recipient_id": bob_id}),
+        )
+        .await;
+        assert_eq!(grant.status, 201, "{:?}", grant.body);
+    }
+    let row = |state| NewRow {
+        state,
+        person_id: &bob_id,
+        login_session_id: &f.bob.session.login_session_id,
+        device_id: &f.bob.session.device_id,
+    };
+    let created = server.clock.now_ms();
+    let on_box = insert(&f, row("active")).await;
+    let on_own = insert_at(server, &own.host_id, row("active")).await;
+    let on_bare = insert_at(server, &bare.host_id, row("detached")).await;
+    let on_srv = insert_at(server, &srv, row("opening")).await;
+    let alices = insert(
+        &f,
+        NewRow {
+            state: "active",
+            person_id: f.alice.id(),
+            login_session_id: &f.alice.session.login_session_id,
+            device_id: &f.alice.session.device_id,
+        },
+    )
+    .await;
+
+    // Refusals change nothing: a wrong role, no valid step-up.
+    let reply = set_role(&f, &f.alice, &bob_id, "admin").await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    assert_eq!(
+        reply.body["errors"],
+        json!([{"pointer": "/role", "code": "invalid"}])
+    );
+    let reply = post(
+        server,
+        &format!("/api/v1/persons/{bob_id}/role"),
+        Some(f.alice.token()),
+        json!({"role": "member", "reason": "team change", "step_up_id": "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"}),
+    )
+    .await;
+    assert_eq!(reply.status, 401, "{:?}", reply.body);
+    assert_eq!(reply.body["code"], "step_up_required");
+    assert_eq!(role_of(server, &bob_id).await, "owner");
+
+    // alice removes bob's owner role.
+    let version = permission_version(server).await;
+    server.clock.advance(std::time::Duration::from_secs(3));
+    let step_up_id = step_up(server, &f.alice).await;
+    let at = server.clock.now_ms();
+    let reply = post(
+        server,
+        &format!("/api/v1/persons/{bob_id}/role"),
+        Some(f.alice.token()),
+        json!({"role": "member", "reason": "left the admin team", "step_up_id": step_up_id}),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.body["person"]["role"], "member");
+    assert_eq!(
+        (&reply.body["changed"], &reply.body["sessions_ended"]),
+        (&json!(true), &json!(3))
+    );
+    assert_eq!(permission_version(server).await, version + 1);
+    for (id, host) in [
+        (&on_box, &f.host_id),
+        (&on_bare, &bare.host_id),
+        (&on_srv, &srv),
+    ] {
+        assert_eq!(
+            stored(server, id).await,
+            (
+                "closed".to_owned(),
+                Some("access_revoked".to_owned()),
+                None,
+                2
+            ),
+            "session {id}"
+        );
+        let terminate: Vec<_> = audit_rows(server)
+            .await
+            .into_iter()
+            .filter(|row| {
+                row.action == "terminal.terminate" && row.details["session_id"] == id.as_str()
+            })
+            .collect();
+        assert_eq!(terminate.len(), 1, "{terminate:?}");
+        assert_eq!(
+            terminate[0].details,
+            json!({
+                "session_id": id,
+                "close_reason": "access_revoked",
+                "bytes_in": 11,
+                "bytes_out": 22,
+                "duration_ms": at - created,
+            })
+        );
+        let events = changed_events(server, id).await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(
+            events[0].2,
+            json!({"session_id": id, "host_id": host, "state": "closed", "close_reason": "access_revoked"})
+        );
+    }
+    assert_untouched(&f, &on_own, "active").await;
+    assert_untouched(&f, &alices, "active").await;
+    let changes: Vec<_> = audit_rows(server)
+        .await
+        .into_iter()
+        .filter(|row| row.action == "person.set_role")
+        .collect();
+    let demotion = changes
+        .iter()
+        .find(|row| row.decision == "allow" && row.details["to_role"] == "member")
+        .expect("the allow entry of the demotion");
+    assert_eq!(demotion.actor_id.as_deref(), Some(f.alice.id()));
+    assert_eq!(demotion.target_id.as_deref(), Some(bob_id.as_str()));
+    assert_eq!(
+        demotion.details,
+        json!({
+            "from_role": "owner",
+            "to_role": "member",
+            "reason": "left the admin team",
+            "sessions_ended": 3,
+        })
+    );
+    assert!(
+        changes
+            .iter()
+            .any(|row| row.decision == "deny" && row.details["reason_code"] == "step_up_missing")
+    );
+
+    // bob is a member now: the route is not his.
+    let reply = set_role(&f, &f.bob, f.alice.id(), "member").await;
+    assert_eq!(reply.status, 403, "{:?}", reply.body);
+    assert_eq!(reply.body["reason"], "owner_required");
+    // The last active owner keeps the role.
+    let version = permission_version(server).await;
+    let reply = set_role(&f, &f.alice, f.alice.id(), "member").await;
+    assert_eq!(reply.status, 409, "{:?}", reply.body);
+    assert_eq!(
+        (&reply.body["code"], &reply.body["reason"]),
+        (&json!("conflict"), &json!("last_owner"))
+    );
+    assert_eq!(role_of(server, f.alice.id()).await, "owner");
+    assert_eq!(permission_version(server).await, version);
+    assert_untouched(&f, &alices, "active").await;
+    // The same role again changes nothing.
+    let reply = set_role(&f, &f.alice, &bob_id, "member").await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.body["changed"], false);
+    assert_eq!(permission_version(server).await, version);
+
+    // The operator's command (`admin set-role`) through the same function.
+    let set = bothy_server::identity::admin::set_role(
+        server.state.db(),
+        server.clock.now_ms(),
+        bothy_server::identity::admin::PersonRef::Username("bob"),
+        bothy_server::identity::Role::Owner,
+        bothy_server::identity::admin::RoleAuthority::Operator,
+    )
+    .await
+    .unwrap();
+    assert!(set.changed);
+    assert_eq!(role_of(server, &bob_id).await, "owner");
+    assert_untouched(&f, &on_own, "active").await;
+}
+
 both_engines!(
+    removing_the_owner_role_ends_what_sr10_no_longer_allows,
     logout_ends_the_sessions_of_that_login_session,
     revoking_a_login_session_ends_its_sessions,
     revoking_a_device_ends_its_sessions,

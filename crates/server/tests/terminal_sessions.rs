@@ -23,6 +23,7 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
+mod console_common;
 mod hosts_common;
 mod identity_common;
 mod support;
@@ -1002,6 +1003,19 @@ async fn rate_limit_terminal_per_person(engine: Engine) {
     )
     .await;
     assert_eq!(reply.status, 201, "{:?}", reply.body);
+    // attachTerminalSession counts against the same bucket.
+    let session_id = reply.body["session_id"].as_str().unwrap().to_owned();
+    let step_up_id = step_up(&server, &bob).await;
+    server.clock.set(server.clock.now_ms() - 30_000);
+    let reply = attach_with(
+        &server,
+        bob.token(),
+        &session_id,
+        json!({"client_ephemeral_key_hash": cek(9), "step_up_id": step_up_id}),
+    )
+    .await;
+    assert_problem(&reply, 429, "rate_limited", None);
+    assert_eq!(reply.headers["retry-after"], "60");
 }
 
 // ---------------------------------------------------------------------------
@@ -1234,6 +1248,120 @@ async fn quick_reattach_needs_the_device_the_login_session_and_the_window(engine
     }
 }
 
+/// The web console (12, 13): step-ups only by passkey (TM-T07 "in the console
+/// with a password step-up"), and never a quick reattach (TM-T12 "web
+/// console within the window without a passkey": 401 with reason
+/// `passkey_required`). Its sessions carry the console's login session as
+/// `dev` and no device (D-73).
+async fn console_open_and_attach_take_only_a_passkey_step_up(engine: Engine) {
+    let World {
+        server,
+        bob,
+        host,
+        mut link,
+        ..
+    } = world(engine).await;
+    let mut key = console_common::add_passkey(&server, &bob).await;
+    let console = console_common::console_login(&server, &bob, &mut key).await;
+    let path = format!("/api/v1/hosts/{host}/terminal/sessions");
+    let open = |step_up_id: Option<&str>| open_body("shell", step_up_id, None);
+
+    // No step-up: 401 step_up_required.
+    let reply = console_common::console_post(&server, &console, &path, Some(open(None))).await;
+    assert_problem(&reply, 401, "step_up_required", None);
+    // A TOTP step-up of the console's login session (the step-up route never
+    // makes one for the console; written here as a stored row would be):
+    // 401 with reason passkey_required, and it stays unconsumed.
+    let now = server.clock.now_ms();
+    let totp_step_up = bothy_proto::ids::uuid_v7(u64::try_from(now).unwrap())
+        .unwrap()
+        .hyphenated()
+        .to_string();
+    sqlx::query(
+        "INSERT INTO step_ups (id, login_session_id, method, created_at, expires_at, consumed_at) \
+         VALUES ($1, $2, 'totp', $3, $4, NULL)",
+    )
+    .bind(&totp_step_up)
+    .bind(&console.login_session_id)
+    .bind(now)
+    .bind(now + 60_000)
+    .execute(server.state.db().pool())
+    .await
+    .unwrap();
+    let reply =
+        console_common::console_post(&server, &console, &path, Some(open(Some(&totp_step_up))))
+            .await;
+    assert_problem(&reply, 401, "step_up_required", Some("passkey_required"));
+    let consumed: Option<i64> =
+        sqlx::query_scalar("SELECT consumed_at FROM step_ups WHERE id = $1")
+            .bind(&totp_step_up)
+            .fetch_one(server.state.db().pool())
+            .await
+            .unwrap();
+    assert_eq!(consumed, None, "a refused opening consumes nothing");
+    assert_eq!(session_count(&server).await, 0);
+    assert_eq!(
+        denials(&server, "terminal.open", "passkey_required")
+            .await
+            .len(),
+        1
+    );
+    link.none();
+
+    // A passkey step-up: 201; dev is the console's login session, no device.
+    let step_up_id = console_common::console_step_up(&server, &console, &mut key).await;
+    let reply =
+        console_common::console_post(&server, &console, &path, Some(open(Some(&step_up_id)))).await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let session_id = reply.body["session_id"].as_str().unwrap().to_owned();
+    let c = claims(&server, reply.body["token"].as_str().unwrap()).await;
+    assert_eq!(c.dev, uuid(&console.login_session_id));
+    let stored = row(&server, &session_id).await;
+    assert_eq!(stored.get::<Option<String>, _>("device_id"), None);
+    assert_eq!(
+        stored.get::<String, _>("login_session_id"),
+        console.login_session_id
+    );
+    session_open_of(link.next());
+
+    // Detached within terminal.quick_reattach_window: no quick reattach for
+    // the console, with or without a proof.
+    let detached_at = server.clock.now_ms();
+    set_state(&server, &session_id, "detached", Some(detached_at)).await;
+    let attach = format!("/api/v1/terminal/sessions/{session_id}/attach");
+    let reply = console_common::console_post(
+        &server,
+        &console,
+        &attach,
+        Some(json!({"client_ephemeral_key_hash": cek(11)})),
+    )
+    .await;
+    assert_problem(&reply, 401, "step_up_required", Some("passkey_required"));
+    assert_eq!(
+        denials(&server, "terminal.attach", "quick_reattach_console")
+            .await
+            .len(),
+        1
+    );
+    link.none();
+    // With a passkey step-up the console attaches.
+    let step_up_id = console_common::console_step_up(&server, &console, &mut key).await;
+    let reply = console_common::console_post(
+        &server,
+        &console,
+        &attach,
+        Some(json!({"client_ephemeral_key_hash": cek(11), "step_up_id": step_up_id})),
+    )
+    .await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let c = claims(&server, reply.body["token"].as_str().unwrap()).await;
+    assert_eq!(
+        (c.att, c.dev),
+        (Att::Attach, uuid(&console.login_session_id))
+    );
+    session_open_of(link.next());
+}
+
 // ---------------------------------------------------------------------------
 // Closing and reading
 // ---------------------------------------------------------------------------
@@ -1404,6 +1532,7 @@ both_engines!(
     rate_limit_terminal_per_person,
     attach_with_step_up_issues_a_new_token,
     quick_reattach_needs_the_device_the_login_session_and_the_window,
+    console_open_and_attach_take_only_a_passkey_step_up,
     close_by_person_and_by_owner,
     reads_show_own_sessions_and_owners_all,
 );

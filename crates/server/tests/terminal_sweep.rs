@@ -309,10 +309,12 @@ async fn assert_ended(
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].0, "person");
     assert_eq!(events[0].1.as_deref(), Some(f.alice.id()));
-    assert_eq!(
-        events[0].2,
-        json!({"session_id": id, "host_id": host_id, "state": "closed", "close_reason": reason})
-    );
+    let mut payload =
+        json!({"session_id": id, "host_id": host_id, "state": "closed", "close_reason": reason});
+    if let Some(detail) = detail {
+        payload["close_detail"] = json!(detail);
+    }
+    assert_eq!(events[0].2, payload);
 }
 
 async fn assert_open(f: &Fixture, id: &str, state: &str) {
@@ -711,28 +713,31 @@ async fn a_restart_detaches_what_the_previous_run_left_active(engine: Engine) {
 
 async fn the_job_runs_on_its_interval(engine: Engine) {
     let f = fixture_with(engine, "terminal:\n  sweep_interval: 100ms\n").await;
+    // The job runs a pass once sweep_interval passed on the server's clock
+    // since the last one: with the clock standing still, at most one more pass
+    // runs at `c`, which ends nothing; the move to `c + 100` runs one that
+    // ends exactly the opening due then.
     let c = f.server.clock.now_ms();
-    let due = insert(&f, &Spec::new(&f, &f.host_a, "opening", c - OPEN)).await;
-    let kept = insert(&f, &Spec::new(&f, &f.host_a, "opening", c - OPEN + 1)).await;
-    // Waiting for the task, not for time: the clock stands still, so what it
-    // ends is decided by the rows alone.
-    let mut ended = false;
-    for _ in 0..200 {
-        if stored(&f.server, &due).await.0 == "closed" {
-            ended = true;
-            break;
+    let at = c + 100;
+    let due = insert(&f, &Spec::new(&f, &f.host_a, "opening", at - OPEN)).await;
+    let kept = insert(&f, &Spec::new(&f, &f.host_a, "opening", at - OPEN + 1)).await;
+    f.server.clock.advance(Duration::from_millis(100));
+    // Waiting for the job's commit (polling the row), not for time.
+    tokio::time::timeout(support::ws::WAIT, async {
+        while stored(&f.server, &due).await.0 != "closed" {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(ended, "the job ended the due opening");
+    })
+    .await
+    .expect("the job ended the due opening");
     assert_ended(
         &f,
         &due,
         &f.host_a,
         "open_failed",
         Some("open_timeout"),
-        c - OPEN,
-        c,
+        at - OPEN,
+        at,
     )
     .await;
     assert_open(&f, &kept, "opening").await;

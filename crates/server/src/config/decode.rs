@@ -6,16 +6,16 @@
 //! types of [`super::values`].
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
+use bothy_config::Section;
+use bothy_config::duration::{DurationRule, POSITIVE, ZERO_ALLOWED};
+use bothy_config::error::dotted;
 use bothy_proto::fingerprint::FINGERPRINT_CHARS;
-use bothy_proto::json::{JsonError, JsonType, Member, Object};
+use bothy_proto::json::Member;
 use serde_json::Value;
 
-use super::error::dotted;
-use super::schema::{self, Key};
-use super::values::{DURATION_TYPE, DurationRule, POSITIVE, ZERO_ALLOWED};
+use super::schema;
 use super::{
     AgentConfig, AuthConfig, ClusterConfig, ClusterMode, Config, ConfigError, DatabaseConfig,
     DatabaseEngine, DatabaseUrl, GatewayConfig, HostConfig, IdentityConfig, PublicUrl, RateLimit,
@@ -24,22 +24,22 @@ use super::{
 
 /// Decodes the whole configuration from the document (a mapping).
 pub(crate) fn decode(document: &Value) -> Result<Config, ConfigError> {
-    let root = Section {
-        object: Some(Object::root(document, &schema::names(schema::ROOT)).map_err(from_json)?),
-    };
+    let root = Section::root(document, &schema::names(schema::ROOT))?;
     let config = Config {
-        server: server(&root.section("server", schema::SERVER)?)?,
-        database: database(&root.section("database", schema::DATABASE)?)?,
-        cluster: cluster(&root.section("cluster", schema::CLUSTER)?)?,
-        auth: auth(&root.section("auth", schema::AUTH)?)?,
-        terminal: terminal(&root.section("terminal", schema::TERMINAL)?)?,
-        sync: sync(&root.section("sync", schema::SYNC)?)?,
-        gateway: gateway(&root.section("gateway", schema::GATEWAY)?)?,
-        identity: identity(&root.section("identity", schema::IDENTITY)?)?,
-        host: host(&root.section("host", schema::HOST)?)?,
-        signing_key: signing_key(&root.section("signing_key", schema::SIGNING_KEY)?)?,
-        agent: agent(&root.section("agent", schema::AGENT)?)?,
-        rl: rate_limits(&root.section("rl", schema::RL)?)?,
+        server: server(&root.section("server", &schema::names(schema::SERVER))?)?,
+        database: database(&root.section("database", &schema::names(schema::DATABASE))?)?,
+        cluster: cluster(&root.section("cluster", &schema::names(schema::CLUSTER))?)?,
+        auth: auth(&root.section("auth", &schema::names(schema::AUTH))?)?,
+        terminal: terminal(&root.section("terminal", &schema::names(schema::TERMINAL))?)?,
+        sync: sync(&root.section("sync", &schema::names(schema::SYNC))?)?,
+        gateway: gateway(&root.section("gateway", &schema::names(schema::GATEWAY))?)?,
+        identity: identity(&root.section("identity", &schema::names(schema::IDENTITY))?)?,
+        host: host(&root.section("host", &schema::names(schema::HOST))?)?,
+        signing_key: signing_key(
+            &root.section("signing_key", &schema::names(schema::SIGNING_KEY))?,
+        )?,
+        agent: agent(&root.section("agent", &schema::names(schema::AGENT))?)?,
+        rl: rate_limits(&root.section("rl", &schema::names(schema::RL))?)?,
     };
     check_across_keys(&config)?;
     Ok(config)
@@ -80,13 +80,7 @@ fn tls(member: Member<'_>) -> Result<Tls, ConfigError> {
             _ => Err(ConfigError::invalid(&key, TLS_EXPECTED)),
         },
         Value::Object(_) => {
-            let files = Section {
-                object: Some(
-                    member
-                        .into_object(&schema::names(schema::TLS_FILES))
-                        .map_err(from_json)?,
-                ),
-            };
+            let files = Section::of_member(member, &schema::names(schema::TLS_FILES))?;
             let required = |name: &str| {
                 files.path(name)?.ok_or_else(|| ConfigError::MissingKey {
                     key: format!("{key}.{name}"),
@@ -281,7 +275,7 @@ fn agent(s: &Section<'_>) -> Result<AgentConfig, ConfigError> {
 fn rate_limits(s: &Section<'_>) -> Result<RateLimitsConfig, ConfigError> {
     let d = RateLimitsConfig::default();
     let one = |name: &str, default: RateLimit| -> Result<RateLimit, ConfigError> {
-        let bucket = s.section(name, schema::RATE_LIMIT)?;
+        let bucket = s.section(name, &schema::names(schema::RATE_LIMIT))?;
         Ok(RateLimit {
             burst: bucket.count("burst", default.burst, 1, 1_000_000)?,
             refill_per_minute: bucket.count(
@@ -310,134 +304,4 @@ fn check_across_keys(config: &Config) -> Result<(), ConfigError> {
         ));
     }
     Ok(())
-}
-
-/// One mapping of the file, or an absent one (every member takes its default).
-struct Section<'a> {
-    object: Option<Object<'a>>,
-}
-
-impl<'a> Section<'a> {
-    /// The nested mapping `name`, with exactly the members `keys`.
-    fn section(&self, name: &str, keys: &[Key]) -> Result<Section<'a>, ConfigError> {
-        let object = match self.member(name) {
-            None => None,
-            Some(member) => Some(
-                member
-                    .into_object(&schema::names(keys))
-                    .map_err(from_json)?,
-            ),
-        };
-        Ok(Section { object })
-    }
-
-    fn member(&self, name: &str) -> Option<Member<'a>> {
-        self.object.as_ref()?.opt_member(name)
-    }
-
-    /// A string member with its dotted key.
-    fn string(&self, name: &str) -> Result<Option<(&'a str, String)>, ConfigError> {
-        match self.member(name) {
-            None => Ok(None),
-            Some(member) => {
-                let text = member.as_str().map_err(from_json)?;
-                Ok(Some((text, dotted(member.pointer()))))
-            }
-        }
-    }
-
-    /// A path: a non-empty string without NUL.
-    fn path(&self, name: &str) -> Result<Option<PathBuf>, ConfigError> {
-        match self.string(name)? {
-            None => Ok(None),
-            Some((text, key)) => {
-                if text.is_empty() || text.contains('\0') {
-                    return Err(ConfigError::invalid(&key, "a non-empty path"));
-                }
-                Ok(Some(PathBuf::from(text)))
-            }
-        }
-    }
-
-    /// A duration string checked against `rule`.
-    fn duration(
-        &self,
-        name: &str,
-        default: Duration,
-        rule: DurationRule,
-    ) -> Result<Duration, ConfigError> {
-        let Some(member) = self.member(name) else {
-            return Ok(default);
-        };
-        let key = dotted(member.pointer());
-        let Value::String(text) = member.value() else {
-            return Err(ConfigError::wrong_type(&key, DURATION_TYPE));
-        };
-        rule.parse(text)
-            .ok_or_else(|| ConfigError::invalid(&key, rule.expected(default)))
-    }
-
-    /// An integer from `min` to `max`.
-    fn count<T: TryFrom<u64>>(
-        &self,
-        name: &str,
-        default: T,
-        min: u64,
-        max: u64,
-    ) -> Result<T, ConfigError> {
-        let Some(member) = self.member(name) else {
-            return Ok(default);
-        };
-        let key = dotted(member.pointer());
-        let out_of_range = || ConfigError::invalid(&key, format!("an integer from {min} to {max}"));
-        let n = match member.as_uint::<u64>() {
-            Ok(n) => n,
-            Err(JsonError::InvalidValue { .. }) => return Err(out_of_range()),
-            Err(e) => return Err(from_json(e)),
-        };
-        if n < min || n > max {
-            return Err(out_of_range());
-        }
-        T::try_from(n).map_err(|_| out_of_range())
-    }
-}
-
-/// A refusal of `bothy_proto::json`, with the pointer as a dotted key and the
-/// JSON type in YAML words.
-fn from_json(error: JsonError) -> ConfigError {
-    match error {
-        JsonError::UnknownMember { pointer } => ConfigError::UnknownKey {
-            key: dotted(&pointer),
-        },
-        JsonError::MissingMember { pointer } => ConfigError::MissingKey {
-            key: dotted(&pointer),
-        },
-        JsonError::WrongType { pointer, expected } => {
-            ConfigError::wrong_type(&dotted(&pointer), yaml_type(expected))
-        }
-        JsonError::DuplicateMember { pointer } => ConfigError::DuplicateKey {
-            key: dotted(&pointer),
-            location: None,
-        },
-        JsonError::NullMember { pointer } => ConfigError::NullValue {
-            key: dotted(&pointer),
-        },
-        JsonError::InvalidValue { pointer } => ConfigError::invalid(&dotted(&pointer), "valid"),
-        JsonError::TooLarge { .. } | JsonError::InvalidUtf8 | JsonError::Syntax => {
-            ConfigError::Syntax {
-                reason: "the text is not a valid YAML document",
-                location: None,
-            }
-        }
-    }
-}
-
-fn yaml_type(t: JsonType) -> &'static str {
-    match t {
-        JsonType::Object => "a mapping",
-        JsonType::Array => "a sequence",
-        JsonType::String => "a string",
-        JsonType::Integer => "an integer",
-        JsonType::Boolean => "a boolean",
-    }
 }

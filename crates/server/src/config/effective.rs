@@ -7,8 +7,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Duration;
 
-use super::values::format_duration;
 use super::{Config, RateLimit, Tls};
+use bothy_config::duration::format_duration;
 
 pub(crate) fn to_redacted_yaml(c: &Config) -> String {
     let mut w = Writer::default();
@@ -246,7 +246,7 @@ mod tests {
             "off",
         ] {
             let yaml = format!("k: {}\n", quoted(text));
-            let v = super::super::yaml::parse_document(&yaml).unwrap();
+            let v = bothy_config::yaml::parse_document(&yaml).unwrap();
             assert_eq!(v["k"], text, "{yaml}");
         }
     }

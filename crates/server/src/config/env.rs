@@ -15,9 +15,9 @@ use std::ffi::OsString;
 use serde_json::{Map, Value};
 
 use super::ConfigError;
-use super::error::{join_key, shown_var};
 use super::schema::{self, Key};
-use super::yaml::{self, ScalarError};
+use bothy_config::error::{join_key, shown_var};
+use bothy_config::yaml::{self, ScalarError};
 
 /// The prefix of every variable the server reads.
 pub const ENV_PREFIX: &str = "BOTHY_";

@@ -86,12 +86,10 @@
 mod decode;
 mod effective;
 mod env;
-mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod schema;
 mod values;
-mod yaml;
 
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -99,13 +97,13 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
+pub use bothy_config::ConfigError;
+pub use bothy_config::duration::format_duration;
+use bothy_config::yaml;
 pub use env::{
     CONFIG_PATH_ENV, ENV_PREFIX, LOG_FILTER_ENV, RESERVED_ENV_VARS, env_var_for, process_env,
 };
-pub use error::ConfigError;
-pub use values::{
-    ClusterMode, DatabaseEngine, DatabaseUrl, PublicUrl, RateLimit, Tls, format_duration,
-};
+pub use values::{ClusterMode, DatabaseEngine, DatabaseUrl, PublicUrl, RateLimit, Tls};
 
 /// The whole configuration of `bothy-server`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -68,13 +68,17 @@ struct AppInner {
     /// The HMAC key of stored tokens and codes (redacted in `Debug`).
     pepper: Pepper,
     /// `rl.public_auth` per client address: failed logins, enrollments and
-    /// step-ups (identity). In memory, per process: several nodes each count
+    /// step-ups (identity), failed credential checks of the terminal channels
+    /// (6.3, [`crate::terminal::channel_limits`]). In memory, per process: several nodes each count
     /// their own share, which only loosens the limit by the number of nodes.
     public_auth: RateLimiter<IpAddr>,
     /// `rl.terminal` per person: openTerminalSession, attachTerminalSession and
     /// the device stream's identify (6.3). In memory, per process, like
     /// `public_auth`.
     terminal_limit: RateLimiter<Uuid>,
+    /// `rl.host` per host: the control and data connections of the host
+    /// service (6.3). In memory, per process, like `public_auth`.
+    host_limit: RateLimiter<Uuid>,
     /// The log tail of this process: event stream sockets subscribe here.
     events: LogTail,
     /// The process's metrics (`/metrics`).
@@ -100,6 +104,7 @@ impl AppState {
     ) -> Self {
         let public_auth = RateLimiter::new(config.rl.public_auth);
         let terminal_limit = RateLimiter::new(config.rl.terminal);
+        let host_limit = RateLimiter::new(config.rl.host);
         AppState {
             inner: Arc::new(AppInner {
                 config,
@@ -108,6 +113,7 @@ impl AppState {
                 pepper,
                 public_auth,
                 terminal_limit,
+                host_limit,
                 events,
                 metrics: Metrics::new(),
                 shutdown,
@@ -145,6 +151,11 @@ impl AppState {
     /// The `rl.terminal` buckets, by person.
     pub fn terminal_limit(&self) -> &RateLimiter<Uuid> {
         &self.inner.terminal_limit
+    }
+
+    /// The `rl.host` buckets, by host.
+    pub fn host_limit(&self) -> &RateLimiter<Uuid> {
+        &self.inner.host_limit
     }
 
     /// The log tail.

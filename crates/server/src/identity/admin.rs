@@ -20,6 +20,15 @@
 //!   ([`crate::permissions::i6::check_person`], chapter D-M2-40-5); a violation
 //!   rolls it back and is audited as a `person.enable` deny (`409 i6_violation`).
 //! - [`invite`] (`POST /api/v1/persons`, owners): a person and their code.
+//! - [`set_role`] (`admin set-role --username NAME --role owner|member`;
+//!   `POST /api/v1/persons/{id}/role`, owners, with a step-up and a reason):
+//!   the person's role. A rights change: it raises the permission version, and
+//!   removing the owner role ends, in the same unit of work, every session
+//!   that SR10 no longer allows them (`access_revoked`, 8.3,
+//!   [`permissions::authorize::end_after_owner_role_removed`]). The last
+//!   active owner is never demoted (`409 conflict` `last_owner`): the
+//!   active owners are locked and counted first, so two owners demoting each
+//!   other at once cannot both succeed (docs/decisions.md D-86).
 
 use bothy_proto::codes::CloseReason;
 use uuid::Uuid;
@@ -28,6 +37,7 @@ use super::enrollment::{self, EnrollmentPurpose, IssuedCode};
 use super::login_sessions::{self, EndReason, Ending};
 use super::persons::{self, Person, Username};
 use super::principal::PersonPrincipal;
+use super::step_up;
 use super::{ConflictReason, IdentityError, PersonStatus, Role, count, deny};
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind};
 use crate::clock::UnixMillis;
@@ -337,4 +347,172 @@ pub async fn enable(
     let person = reload(&mut uow, person.id).await?;
     uow.commit().await.map_err(IdentityError::from)?;
     Ok(Enabled { person, changed })
+}
+
+/// The authority of a role change: the operator on the command line, or an
+/// owner over the API with the step-up the request consumes and a reason.
+#[derive(Debug, Clone, Copy)]
+pub enum RoleAuthority<'a> {
+    /// `bothy-server admin set-role` (actor `system`).
+    Operator,
+    /// `POST /api/v1/persons/{id}/role` (the route checked the role).
+    Owner {
+        /// The owner.
+        person: &'a PersonPrincipal,
+        /// The step-up of their login session, consumed by the change.
+        step_up_id: Uuid,
+        /// The owner's reason (kept in the audit).
+        reason: &'a str,
+    },
+}
+
+impl RoleAuthority<'_> {
+    fn actor(&self) -> Actor {
+        match self {
+            RoleAuthority::Operator => Actor::System,
+            RoleAuthority::Owner { person, .. } => person.actor(),
+        }
+    }
+
+    fn details(&self) -> AuditDetails {
+        match self {
+            RoleAuthority::Operator => AuditDetails::new(),
+            RoleAuthority::Owner { reason, .. } => AuditDetails::new().reason(reason),
+        }
+    }
+}
+
+/// The outcome of [`set_role`].
+#[derive(Debug)]
+pub struct RoleSet {
+    /// The person, with the role asked for.
+    pub person: Person,
+    /// Whether the role changed (false: it was that role already).
+    pub changed: bool,
+    /// The terminal sessions the lost owner role ended.
+    pub sessions_ended: usize,
+}
+
+/// Sets a person's role; see the module docs.
+pub async fn set_role(
+    db: &Db,
+    now: UnixMillis,
+    who: PersonRef<'_>,
+    role: Role,
+    authority: RoleAuthority<'_>,
+) -> Result<RoleSet, HostError> {
+    let mut uow = db.begin(now).await.map_err(IdentityError::from)?;
+    let actor = authority.actor();
+    if let RoleAuthority::Owner {
+        person, step_up_id, ..
+    } = authority
+    {
+        match step_up::consume(&mut uow, person.login_session_id, step_up_id, now).await {
+            Ok(_) => {}
+            Err(IdentityError::StepUpRequired(refusal)) => {
+                let mut entry = AuditEntry::deny(AuditAction::PersonSetRole, actor)
+                    .details(authority.details().code("reason_code", refusal));
+                if let PersonRef::Id(id) = who {
+                    entry = entry.target(TargetKind::Person, id);
+                }
+                return Err(deny(uow, entry, IdentityError::StepUpRequired(refusal))
+                    .await
+                    .into());
+            }
+            Err(other) => return Err(other.into()),
+        }
+    }
+    let person = match who {
+        PersonRef::Username(name) => {
+            let person = person_named(&mut uow, &username(name)?).await?;
+            if person.status == PersonStatus::Deleted {
+                return Err(IdentityError::invalid("/username", "person_not_active").into());
+            }
+            person
+        }
+        PersonRef::Id(id) => match persons::get(uow.conn(), id).await? {
+            Some(person) if person.status != PersonStatus::Deleted => person,
+            _ => return Err(IdentityError::NotFound.into()),
+        },
+    };
+    let details = authority
+        .details()
+        .code("from_role", person.role)
+        .code("to_role", role);
+    if person.role == role {
+        uow.audit(
+            AuditEntry::allow(AuditAction::PersonSetRole, actor)
+                .target(TargetKind::Person, person.id)
+                .details(details.flag("no_change", true)),
+        );
+        uow.commit().await.map_err(IdentityError::from)?;
+        return Ok(RoleSet {
+            person,
+            changed: false,
+            sessions_ended: 0,
+        });
+    }
+    let demotion = person.role == Role::Owner;
+    if demotion
+        && person.status == PersonStatus::Active
+        && active_owners_locked(&mut uow).await? <= 1
+    {
+        let entry = AuditEntry::deny(AuditAction::PersonSetRole, actor)
+            .target(TargetKind::Person, person.id)
+            .details(details.code("reason_code", ConflictReason::LastOwner));
+        return Err(deny(
+            uow,
+            entry,
+            IdentityError::Conflict(ConflictReason::LastOwner),
+        )
+        .await
+        .into());
+    }
+    sqlx::query("UPDATE persons SET role = $1, updated_at = $2 WHERE principal_id = $3")
+        .bind(role.as_str())
+        .bind(now)
+        .bind(crate::db::id_text(&person.id))
+        .execute(uow.conn())
+        .await
+        .map_err(crate::db::DbError::from)?;
+    permissions::bump_version(&mut uow).await?;
+    let sessions_ended = if demotion {
+        permissions::authorize::end_after_owner_role_removed(&mut uow, person.id, now)
+            .await?
+            .len()
+    } else {
+        0
+    };
+    uow.audit(
+        AuditEntry::allow(AuditAction::PersonSetRole, actor)
+            .target(TargetKind::Person, person.id)
+            .details(details.count(
+                "sessions_ended",
+                i64::try_from(sessions_ended).unwrap_or(i64::MAX),
+            )),
+    );
+    let person = reload(&mut uow, person.id).await?;
+    uow.commit().await.map_err(IdentityError::from)?;
+    Ok(RoleSet {
+        person,
+        changed: true,
+        sessions_ended,
+    })
+}
+
+/// The number of active owners, their rows locked until the end of `uow`
+/// (PostgreSQL `FOR UPDATE`: a concurrent demotion waits and then counts
+/// again without the owner it lost; SQLite runs one writer at a time).
+async fn active_owners_locked(uow: &mut UnitOfWork) -> Result<usize, IdentityError> {
+    let sql = if uow.engine() == Engine::Postgres {
+        "SELECT principal_id FROM persons WHERE role = 'owner' AND status = 'active' \
+         ORDER BY principal_id FOR UPDATE"
+    } else {
+        "SELECT principal_id FROM persons WHERE role = 'owner' AND status = 'active'"
+    };
+    let rows = sqlx::query(sql)
+        .fetch_all(uow.conn())
+        .await
+        .map_err(crate::db::DbError::from)?;
+    Ok(rows.len())
 }

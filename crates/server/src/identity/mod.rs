@@ -157,6 +157,8 @@ code_enum! {
         GroupNameTaken => "group_name_taken",
         /// An owner exists already (`admin bootstrap`).
         OwnerExists => "owner_exists",
+        /// The change would leave no active owner (a role change).
+        LastOwner => "last_owner",
     }
 }
 

@@ -31,6 +31,12 @@
 //! also a grant that SR10 keeps from taking effect: the owner made it on
 //! purpose, and the member sees on the host why it gives no terminal.
 //!
+//! # A lost owner role (8.3, M2-46 `authorize.AccessChanged`)
+//! [`end_after_owner_role_removed`] ends, in the unit of work of the role
+//! change, every open session of the person that a member may not have: on
+//! the server host, on a host not assigned to them (SR10), or without a valid
+//! grant terminal; `access_revoked` through the one end function.
+//!
 //! # Purity
 //! [`authorize`] only reads. [`authorize_audited`] wraps it and writes one deny
 //! entry (`terminal.open`, `terminal.attach` or `host.read`, with `reason_code`
@@ -41,14 +47,17 @@
 use sqlx::AnyConnection;
 use uuid::Uuid;
 
+use bothy_proto::codes::CloseReason;
+
 use super::grants;
 use crate::audit::{AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
 use crate::clock::UnixMillis;
-use crate::db::{self, Db, DbError};
+use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::hosts::session_users::{self, ValidAssignment};
 use crate::hosts::{DenyReason, Host, HostError, HostState, LlmCredentials};
 use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::{ForbiddenReason, IdentityError};
+use crate::terminal::{self, EndScope, EndedSession};
 
 /// What the principal wants to do with the host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,6 +180,45 @@ pub fn sr10(host: &Host, person_id: Uuid, is_owner: bool) -> Result<(), DenyReas
         return Err(DenyReason::NotHostAssignee);
     }
     Ok(())
+}
+
+/// The person `person_id` is no longer an owner (8.3 "removal of the owner
+/// role"): ends in `uow`, with `access_revoked`, each open session of theirs
+/// on a host where a member needs what they lack — SR10 (not the server host,
+/// only their own host) or a valid grant terminal. I6 and SR12 bind owners
+/// too, so the lost role changes nothing there. Returns the ended sessions.
+pub async fn end_after_owner_role_removed(
+    uow: &mut UnitOfWork,
+    person_id: Uuid,
+    now: UnixMillis,
+) -> Result<Vec<EndedSession>, HostError> {
+    let rows = sqlx::query(
+        "SELECT DISTINCT host_id FROM terminal_sessions \
+         WHERE person_id = $1 AND state <> 'closed' ORDER BY host_id",
+    )
+    .bind(db::id_text(&person_id))
+    .fetch_all(uow.conn())
+    .await
+    .map_err(DbError::from)?;
+    let mut ended = Vec::new();
+    for row in &rows {
+        let host_id = db::get_uuid(row, "host_id")?;
+        let allowed = match crate::hosts::load(uow.conn(), host_id).await? {
+            Some(host) => {
+                sr10(&host, person_id, false).is_ok()
+                    && grants::has_valid_grant(uow.conn(), person_id, host_id, now).await?
+            }
+            None => false,
+        };
+        if !allowed {
+            let scope = EndScope::PersonOnHost { host_id, person_id };
+            let mut these = terminal::end(uow, scope, CloseReason::AccessRevoked, None)
+                .await
+                .map_err(crate::hosts::session_users::end_error)?;
+            ended.append(&mut these);
+        }
+    }
+    Ok(ended)
 }
 
 /// The decision, without writing anything.

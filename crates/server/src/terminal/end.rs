@@ -8,7 +8,8 @@
 //!
 //! Per ended session it writes `terminal.terminate` (actor system; session_id,
 //! close_reason, close_detail when set, bytes_in, bytes_out, duration_ms) and
-//! `terminal_session.changed` to the session's person. Closing the connections
+//! `terminal_session.changed` to the session's person (`session_id`,
+//! `host_id`, `state: closed`, `close_reason`, `close_detail` when set). Closing the connections
 //! (4100) and `session.close` to the host service happen after the commit; the
 //! relay registers them with [`crate::db::UnitOfWork::after_commit`] using the
 //! returned sessions.
@@ -153,6 +154,12 @@ pub async fn end(
         payload.insert("host_id".into(), json!(db::id_text(&session.host_id)));
         payload.insert("state".into(), json!("closed"));
         payload.insert("close_reason".into(), json!(reason.as_str()));
+        if let Some(detail) = detail {
+            // The relay closes the device stream with the code of a refused
+            // handshake (5.3 StreamCodeForEnd); clients learn why an opening
+            // failed (docs/decisions.md D-85).
+            payload.insert("close_detail".into(), json!(detail.as_str()));
+        }
         uow.event(DurableEvent::new(
             EventKind::TerminalSessionChanged,
             Audience::Person(session.person_id),

@@ -3,6 +3,9 @@
 //! registry of control connections.
 //!
 //! # Layout
+//! - [`channel_limits`]: the rate limits of the terminal channels (6.3):
+//!   `rl.public_auth` for failed credential checks, `rl.terminal` at the
+//!   device stream's identify, `rl.host` at the host's logins; 4008.
 //! - [`control`]: the control connection `GET /api/v1/hosts/connect` (3.4,
 //!   3.5): login, report, heartbeats, session reports, the duplicate check.
 //! - [`host_auth`]: the host proof of identify and the host.connect check,
@@ -23,6 +26,7 @@
 //! - [`token`]: the terminal session token (5.3): every claim, signed as
 //!   `terminal-session+jwt`.
 
+pub mod channel_limits;
 pub mod control;
 pub mod end;
 pub mod host_auth;

@@ -354,9 +354,13 @@ pub async fn release_at_start(
     Ok(released)
 }
 
-/// Starts the job: a pass at once, then one every `terminal.sweep_interval`,
-/// each at the time of `clock`, until `shutdown` turns true (the server's
-/// shutdown signal). A failed pass is logged and the next one tries again.
+/// Starts the job: a pass at once, then one whenever `terminal.sweep_interval`
+/// has passed on `clock` since the last one began (looked at every
+/// [`super::relay::TICK`]; a pass that takes longer delays the next), each at
+/// the time of `clock`, until `shutdown` turns true (the server's shutdown
+/// signal). A failed pass is logged and the next one tries again. The
+/// schedule is on the injected clock like every other deadline, so a test's
+/// manual clock decides when passes run (docs/decisions.md D-88).
 pub fn start(
     db: Db,
     config: Config,
@@ -364,15 +368,16 @@ pub fn start(
     mut shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     tokio::spawn(async move {
-        let period = config.terminal.sweep_interval.max(Duration::from_millis(1));
-        let mut interval = tokio::time::interval(period);
-        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let period = millis(config.terminal.sweep_interval.max(Duration::from_millis(1)));
+        let mut ticks = tokio::time::interval(super::relay::TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut due = clock.now_ms();
         loop {
             if *shutdown.borrow() {
                 return;
             }
             tokio::select! {
-                _ = interval.tick() => {}
+                _ = ticks.tick() => {}
                 changed = shutdown.changed() => {
                     if changed.is_err() || *shutdown.borrow() {
                         return;
@@ -380,7 +385,12 @@ pub fn start(
                     continue;
                 }
             }
-            let pass = run_once(&db, &config, clock.now_ms());
+            let now = clock.now_ms();
+            if now < due {
+                continue;
+            }
+            due = now.saturating_add(period);
+            let pass = run_once(&db, &config, now);
             tokio::select! {
                 result = pass => match result {
                     Ok(swept) if !swept.is_empty() => {

@@ -6,6 +6,12 @@
 //! shuts the server down; [`TestServer::stop`] waits for it.
 //! [`TestServer::start_with`] adds configuration (YAML sections other than
 //! `server` and `database`, e.g. a tiny `sync.outbound_queue_max`).
+//!
+//! The job terminal.sweep runs its passes on the server's clock
+//! (docs/decisions.md D-88). Unless a test sets `terminal.sweep_interval`
+//! itself, a test server runs it with the longest interval there is, so the
+//! clock moves of a test (a TOTP step is 30 s) never let a pass end sessions
+//! behind the test's back; the tests of the sweep call it or set it.
 
 use std::sync::Arc;
 
@@ -61,6 +67,15 @@ impl TestServer {
         TestServer::start_on_with(db, data_dir, extra_yaml).await
     }
 
+    /// Starts a server on a fresh database of `engine` whose manual clock
+    /// starts at `start_ms` (the host service's scenario tests start it at the
+    /// real time, because the host checks tokens against its own clock).
+    pub async fn start_at(engine: Engine, extra_yaml: &str, start_ms: i64) -> TestServer {
+        let db = TestDb::fresh(engine).await;
+        let data_dir = tempfile::tempdir().expect("temporary data directory");
+        TestServer::start_on_at(db, data_dir, extra_yaml, start_ms).await
+    }
+
     /// Starts a server on an existing database and data directory (a restart).
     pub async fn start_on(db: TestDb, data_dir: tempfile::TempDir) -> TestServer {
         TestServer::start_on_with(db, data_dir, "").await
@@ -72,13 +87,24 @@ impl TestServer {
         data_dir: tempfile::TempDir,
         extra_yaml: &str,
     ) -> TestServer {
+        TestServer::start_on_at(db, data_dir, extra_yaml, TEST_START_MS).await
+    }
+
+    /// [`TestServer::start_on_with`] with the clock starting at `start_ms`.
+    pub async fn start_on_at(
+        db: TestDb,
+        data_dir: tempfile::TempDir,
+        extra_yaml: &str,
+        start_ms: i64,
+    ) -> TestServer {
+        let extra_yaml = with_quiet_sweep(extra_yaml);
         let yaml = format!(
             "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\ndatabase:\n  url: \"{}\"\n{extra_yaml}",
             data_dir.path().display(),
             db.url()
         );
         let config = Config::from_yaml_str(&yaml).expect("test configuration");
-        let clock = ManualClock::new(TEST_START_MS);
+        let clock = ManualClock::new(start_ms);
         let app = App::open(config, clock.clone())
             .await
             .expect("server opens");
@@ -142,6 +168,31 @@ impl Drop for TestServer {
             let _ = shutdown.send(());
         }
     }
+}
+
+/// `extra_yaml` with `terminal.sweep_interval: 365d` unless it names the key.
+fn with_quiet_sweep(extra_yaml: &str) -> String {
+    const QUIET: &str = "  sweep_interval: 365d\n";
+    if extra_yaml.contains("sweep_interval:") {
+        return extra_yaml.to_owned();
+    }
+    let mut out = String::new();
+    let mut placed = false;
+    for line in extra_yaml.split_inclusive('\n') {
+        out.push_str(line);
+        if line.trim_end() == "terminal:" {
+            out.push_str(QUIET);
+            placed = true;
+        }
+    }
+    if !placed {
+        if !out.is_empty() && !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("terminal:\n");
+        out.push_str(QUIET);
+    }
+    out
 }
 
 /// A reqwest client whose only trust anchor is the CA in `ca_file`.

@@ -56,6 +56,17 @@ pub async fn connect_with(
     token: Option<&str>,
     options: Options,
 ) -> Result<Ws, Refused> {
+    connect_with_headers(server, path, token, options, &[]).await
+}
+
+/// [`connect_with`] with extra request headers (`Cookie`, `Origin`, ...).
+pub async fn connect_with_headers(
+    server: &TestServer,
+    path: &str,
+    token: Option<&str>,
+    options: Options,
+    headers: &[(&str, &str)],
+) -> Result<Ws, Refused> {
     let socket = TcpSocket::new_v4().expect("socket");
     if let Some(size) = options.recv_buffer {
         socket.set_recv_buffer_size(size).expect("SO_RCVBUF");
@@ -77,6 +88,13 @@ pub async fn connect_with(
         request.headers_mut().insert(
             "authorization",
             HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
+        );
+    }
+    for (name, value) in headers {
+        request.headers_mut().insert(
+            tokio_tungstenite::tungstenite::http::HeaderName::from_bytes(name.as_bytes())
+                .expect("header name"),
+            HeaderValue::from_str(value).expect("header value"),
         );
     }
     match tokio::time::timeout(WAIT, tokio_tungstenite::client_async(request, tls))

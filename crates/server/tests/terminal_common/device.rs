@@ -25,6 +25,43 @@ pub async fn identify(server: &TestServer, session_id: Uuid, token: Option<&str>
     ws
 }
 
+/// Opens the device stream of `session_id` with extra upgrade headers (the
+/// console's `Cookie` and `Origin`) and sends `identify` with `token`.
+pub async fn identify_with_headers(
+    server: &TestServer,
+    session_id: Uuid,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+) -> Ws {
+    let mut ws = ws::connect_with_headers(
+        server,
+        &stream::stream_path(&session_id),
+        None,
+        ws::Options::default(),
+        headers,
+    )
+    .await
+    .unwrap_or_else(|refused| panic!("upgrade refused: {refused:?}"));
+    let text = DeviceMessage::Identify(Identify {
+        access_token: token.map(str::to_owned),
+    })
+    .to_json();
+    ws::send(&mut ws, Message::text(text)).await;
+    ws
+}
+
+/// Expects `ready {session_id}` as the next frame.
+pub async fn expect_ready(ws: &mut Ws, session_id: Uuid) {
+    match next_frame(ws).await {
+        Frame::Text(text) => {
+            let ready: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(ready["op"], "ready", "{text}");
+            assert_eq!(ready["d"]["session_id"], session_id.to_string());
+        }
+        other => panic!("expected ready, got {other:?}"),
+    }
+}
+
 /// [`identify`], then expects `ready {session_id}`.
 pub async fn login(server: &TestServer, session_id: Uuid, token: &str) -> Ws {
     let mut ws = identify(server, session_id, Some(token)).await;

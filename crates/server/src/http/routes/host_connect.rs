@@ -11,6 +11,7 @@ use axum::response::Response;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+use super::body::ClientAddr;
 use crate::http::api_doc::{Internal, Problem};
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
@@ -32,8 +33,11 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// state, llm_credentials}, then `heartbeat_ack`, `session.open`,
 /// `session.close` and `error`; the host sends `report`, `heartbeat`,
 /// `session.started` and `session.ended`. Close codes: 4000 `unknown_error`,
-/// 4002 `invalid_message`, 4009 `heartbeat_timeout`, 4013 `server_shutdown`,
-/// 4014 `slow_consumer`, 4110 `host_unpaired`, 4111 `host_disabled`, 4112
+/// 4002 `invalid_message`, 4008 `rate_limited` (close text
+/// `retry_after=<seconds>`: `rl.public_auth` of the client address after
+/// failed proofs, or `rl.host` of the host), 4009 `heartbeat_timeout`, 4013
+/// `server_shutdown`, 4014 `slow_consumer`, 4110 `host_unpaired`, 4111
+/// `host_disabled` (also at once when the host leaves active), 4112
 /// `host_duplicate`, 4113 `host_auth_failed`, 4114 `host_version_unsupported`.
 #[utoipa::path(
     get,
@@ -51,6 +55,7 @@ pub fn router() -> OpenApiRouter<AppState> {
 )]
 async fn connect(
     State(state): State<AppState>,
+    client: ClientAddr,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let upgrade = upgrade.map_err(|_| {
@@ -64,5 +69,5 @@ async fn connect(
     Ok(upgrade
         .max_frame_size(max_frame)
         .max_message_size(max_frame)
-        .on_upgrade(move |websocket| control::serve(state, guard, websocket)))
+        .on_upgrade(move |websocket| control::serve(state, guard, websocket, client.0)))
 }

@@ -73,7 +73,7 @@ fn invalid(pointer: &str, code: &'static str) -> ApiError {
 }
 
 /// The mandatory `reason`: the owner's free text, the only one the audit keeps.
-fn reason(object: &Object<'_>) -> Result<String, ApiError> {
+pub(super) fn reason(object: &Object<'_>) -> Result<String, ApiError> {
     let text = object.str("reason")?;
     if text.trim().is_empty() {
         return Err(invalid("/reason", "required"));

@@ -5,6 +5,7 @@
 //! | `POST /persons` | `username`, `role` (`owner` or `member`) | 201: `person` {`id`, `username`, `role`, `status`, `enrolled`, `created_at`}, `enrollment_code` (shown once), `enrollment_expires_at` |
 //! | `GET /persons` | — | `persons[]` |
 //! | `POST /persons/{id}/enable` | — | 200: `person`, `changed`; `409 i6_violation` if a grant of theirs would break I6 |
+//! | `POST /persons/{id}/role` | `role` (`owner` or `member`), `reason`, `step_up_id` | 200: `person`, `changed`, `sessions_ended`; `409 conflict` `last_owner` |
 //!
 //! The invited person enrolls with the code (`POST /api/v1/auth/enroll`).
 
@@ -18,6 +19,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::body::{JsonBody, path_id, read_conn};
+use super::host_manage;
 use crate::audit::AuditAction;
 use crate::http::api_doc::{
     Internal, NotFound, PayloadTooLarge, Problem, Unauthenticated, Unavailable,
@@ -25,7 +27,7 @@ use crate::http::api_doc::{
 };
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
-use crate::identity::admin::PersonRef;
+use crate::identity::admin::{PersonRef, RoleAuthority};
 use crate::identity::persons::{self, Username};
 use crate::identity::principal::Principal;
 use crate::identity::{PersonStatus, Role, admin};
@@ -35,6 +37,7 @@ pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list, invite))
         .routes(routes!(enable))
+        .routes(routes!(set_role))
 }
 
 /// Invites a person: creates them with a one-time enrollment code (owners).
@@ -174,6 +177,97 @@ async fn enable(
         "person": enabled.person.to_json(),
         "changed": enabled.changed,
     })))
+}
+
+/// Sets a person's role (owners, with a step-up and a reason).
+///
+/// A rights change: the permission version rises. Removing the owner role
+/// ends, in the same unit of work, every terminal session of the person that
+/// a member may not have (the server host, a host not assigned to them, a
+/// host without a valid grant terminal) with `access_revoked`. The last
+/// active owner keeps the role (`409 conflict` `last_owner`). The same role
+/// again changes nothing (`changed: false`; the step-up is still consumed).
+#[utoipa::path(
+    post,
+    path = "/api/v1/persons/{id}/role",
+    operation_id = "setPersonRole",
+    tag = "persons",
+    params(("id" = String, Path, format = "uuid", description = "The person's ID.")),
+    request_body = SetRoleRequest,
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 200, description = "The role is set.", body = RoleSet),
+        (status = 400, description = "`validation_failed`: the body codes, `/role` `invalid`, \
+            `/reason` `required` | `too_long` | `invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        (status = 401, description = "`unauthenticated`, or `step_up_required` (the step-up \
+            is missing, expired, consumed or of another login session; audited).",
+            body = Problem, content_type = PROBLEM_JSON),
+        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
+            or app), `owner_required` (a member; both audited) or `csrf_token_invalid`.",
+            body = Problem, content_type = PROBLEM_JSON),
+        NotFound,
+        (status = 409, description = "`conflict` reason `last_owner`: the person is the last \
+            active owner (audited; nothing changed).", body = Problem,
+            content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        Internal,
+        Unavailable,
+    )
+)]
+async fn set_role(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let now = state.clock().now_ms();
+    let actor = principal
+        .require_owner_person(state.db(), now, AuditAction::PersonSetRole)
+        .await?;
+    let id = path_id(&id)?;
+    let object = Object::root(&body, &["role", "reason", "step_up_id"])?;
+    let role = Role::parse(object.str("role")?).ok_or_else(|| {
+        ApiError::new(ProblemCode::ValidationFailed).with_error("/role", "invalid")
+    })?;
+    let reason = host_manage::reason(&object)?;
+    let step_up_id = object.uuid("step_up_id")?;
+    let authority = RoleAuthority::Owner {
+        person: actor,
+        step_up_id,
+        reason: &reason,
+    };
+    let set = admin::set_role(state.db(), now, PersonRef::Id(id), role, authority).await?;
+    Ok(Json(json!({
+        "person": set.person.to_json(),
+        "changed": set.changed,
+        "sessions_ended": set.sessions_ended,
+    })))
+}
+
+/// `POST /api/v1/persons/{id}/role` (doc-only; the handler reads exactly
+/// these members).
+#[derive(Debug, ToSchema)]
+pub struct SetRoleRequest {
+    /// `owner` or `member`.
+    pub role: Role,
+    /// Why (1 to 500 characters; kept in the audit).
+    pub reason: String,
+    /// A fresh step-up of the caller's login session, consumed by the change.
+    #[schema(format = "uuid")]
+    pub step_up_id: String,
+}
+
+/// `200` of `POST /api/v1/persons/{id}/role` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct RoleSet {
+    /// The person, with the new role.
+    pub person: Person,
+    /// Whether the role changed (false: it was that role already).
+    pub changed: bool,
+    /// The terminal sessions the removed owner role ended (`access_revoked`).
+    pub sessions_ended: u64,
 }
 
 /// `200` of `POST /api/v1/persons/{id}/enable` (doc-only).

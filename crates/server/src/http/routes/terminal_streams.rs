@@ -16,44 +16,65 @@
 //! # Data connection login
 //! 1. The server sends `hello {challenge, jwks, clock_leeway_ms,
 //!    idle_timeout_ms, detach_grace_ms, server_time}`.
-//! 2. No frame within `terminal.host_auth_timeout`: 4113. A frame that does not
-//!    decode as `identify` (or a binary frame): 4002.
+//! 2. No frame within `terminal.host_auth_timeout` (on the server's clock):
+//!    4113. A frame that does not decode as `identify` (or a binary frame):
+//!    4002.
 //! 3. `protocol_version` other than 1: 4114; the data shape
 //!    ([`Identify::check_data_shape`]: `session_id` of the path, no
 //!    `live_sessions`, SemVer `host_version`): 4002.
 //! 4. The proof, exactly as on the control connection
-//!    ([`host_auth::verify_host_proof`]): 4110 or 4113; then
-//!    [`host_auth::check_host_may_connect`]: 4111 (or 4110).
+//!    ([`host_auth::verify_host_proof`]): 4110 or 4113; then one token of
+//!    `rl.host` (4008); then [`host_auth::check_host_may_connect`]: 4111 (or
+//!    4110). Before the proof an empty `rl.public_auth` bucket of the client
+//!    address closes with 4008, and a refused proof takes one token of it
+//!    (6.3, [`crate::terminal::channel_limits`]).
 //! 5. The session: unknown, or of another host: 4100 `access_revoked` (fail
 //!    closed for IDs the server does not give this host, like `session.close`
 //!    on the control connection); closed: 4100 with its `close_reason`.
 //!
 //! # Device stream login
-//! 1. The device sends `identify {access_token}` within
-//!    `terminal.host_auth_timeout` (else 4004); a frame that does not decode:
-//!    4002.
-//! 2. The token authenticates like `Authorization: Bearer` (the same lookup):
-//!    no token (the console's cookie login comes later), an unknown token or
-//!    the token of an agent or app: 4004; a login session that exists but is
-//!    ended, expired, of a disabled person or of a revoked device: 4012.
-//! 3. The session must exist and be of the login's device (and person): else
+//! 1. The device sends `identify {access_token?}` within
+//!    `terminal.host_auth_timeout` (on the server's clock; else 4004); a frame
+//!    that does not decode: 4002.
+//! 2. The credential: the `access_token` of a CLI login (the same lookup as
+//!    `Authorization: Bearer`), or — without a token — the web console's
+//!    cookie `bothy_session` sent with the upgrade, taken only when the
+//!    upgrade's `Origin` is the origin of `server.public_url` (a browser
+//!    sends its page's origin with every WebSocket upgrade, so another site
+//!    cannot use the cookie; docs/decisions.md D-84). No credential at all:
+//!    4004. While the client address's `rl.public_auth` bucket is empty, a
+//!    presented credential is not checked: 4008.
+//! 3. The check: an unknown token, the token of an agent or app, a console
+//!    token as `access_token`, or a CLI token as the cookie: 4004; a login
+//!    session that exists but is ended, expired, of a disabled person or of a
+//!    revoked device: 4012. The session must exist and be the login's: a CLI
+//!    login's device is the session's `device_id`; a console login is the
+//!    session's login session and the session has no device (D-73). Else
 //!    4004 and a `terminal.stream` deny entry with `session_id`, `device_id`
-//!    and `reason` (`session_unknown`, `device_mismatch`) (docs/decisions.md
-//!    D-81). A closed session: 4100 with its `close_reason`.
-//! 4. `ready {session_id}`.
+//!    (CLI) and `reason` (`session_unknown`, `device_mismatch`)
+//!    (docs/decisions.md D-81). Each 4004 and 4012 of a presented credential
+//!    takes one token of `rl.public_auth` of the client address.
+//! 4. One token of the person's `rl.terminal` (4008), then a closed session:
+//!    4100 with its `close_reason`.
+//! 5. `ready {session_id}`.
 //!
 //! # After the login
 //! See [`crate::terminal::relay`]: 4100 (ended, `close_reason` as text), 4102
 //! (no counterpart within `terminal.open_timeout`, or the host went away),
 //! 4103 (a newer device stream), 4014 (slow receiver), 4013 (shutdown), 1000
 //! (a data connection replaced by a newer one), and 4101/4104 handed from the
-//! host service to the device unchanged.
+//! host service to the device unchanged — also when the host reported the
+//! refusal through `session.ended`
+//! ([`crate::terminal::relay::stream_code_for_end`]).
 
+use std::net::IpAddr;
 use std::time::Duration;
 
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::http::header::{COOKIE, ORIGIN};
 use axum::response::Response;
 use bothy_proto::codes::{CloseCode, CloseReason};
 use bothy_proto::data::{self, Hello};
@@ -65,23 +86,33 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
 
-use super::body::path_id;
+use super::body::{ClientAddr, path_id};
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
 use crate::clock::millis;
+use crate::config::Config;
 use crate::db;
 use crate::http::api_doc::{NotFound, Problem, ValidationFailed};
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
+use crate::identity::console;
+use crate::identity::login_sessions::ClientComponent;
 use crate::identity::opaque::{OpaqueSecret, SecretKind};
-use crate::identity::principal::{self, Principal};
+use crate::identity::principal::{self, PersonPrincipal, Principal};
+use crate::ratelimit::RetryAfter;
 use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
-use crate::terminal::host_auth;
-use crate::terminal::keys;
+use crate::terminal::host_auth::{self, HostAuthRefusal};
 use crate::terminal::relay::store::{self, SessionRow};
-use crate::terminal::relay::{Side, side};
+use crate::terminal::relay::{Side, TICK, side};
+use crate::terminal::{channel_limits, keys};
 
 /// The largest binary message: one Noise message (5.2).
 pub const MAX_NOISE_MESSAGE: usize = 65_535;
+
+/// The read buffer of a relay socket: one TLS record's plaintext. The
+/// WebSocket layer zero-fills its whole read buffer before each read, so its
+/// default (128 KiB) would be resident memory of every idle side; a larger
+/// message still arrives whole, in reads of this size (docs/decisions.md D-89).
+pub const READ_BUFFER: usize = 16 * 1024;
 
 /// The protocol versions of the data connection this server speaks.
 const PROTOCOL_VERSIONS: &[u32] = &[1];
@@ -110,7 +141,9 @@ pub fn router() -> OpenApiRouter<AppState> {
 /// `{"op":"identify","d":{"protocol_version","host_id","proof","host_version",
 /// "session_id"}}` with the same proof as the control connection. Then binary
 /// frames only, each one Noise message, relayed unchanged. Close codes: 4002
-/// `invalid_message`, 4110 `host_unpaired`, 4111 `host_disabled`, 4113
+/// `invalid_message`, 4008 `rate_limited` (close text `retry_after=<seconds>`:
+/// `rl.public_auth` of the client address after failed proofs, or `rl.host`),
+/// 4110 `host_unpaired`, 4111 `host_disabled`, 4113
 /// `host_auth_failed`, 4114 `host_version_unsupported`, 4100 `terminal_closed`
 /// (close text: the `close_reason`), 4102 `terminal_host_unavailable` (an
 /// opening without a device within `terminal.open_timeout`), 4014
@@ -134,24 +167,31 @@ pub fn router() -> OpenApiRouter<AppState> {
 async fn host_stream(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
+    client: ClientAddr,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let session_id = path_id(&session_id)?;
     let upgrade = require_upgrade(upgrade)?;
     let guard = state.shutdown().track();
     Ok(limits(&state, upgrade)
-        .on_upgrade(move |websocket| run_host(state, session_id, websocket, guard)))
+        .on_upgrade(move |websocket| run_host(state, session_id, client.0, websocket, guard)))
 }
 
 /// The device stream of one session (WebSocket).
 ///
-/// The device first: `{"op":"identify","d":{"access_token"}}`; the server
-/// answers `{"op":"ready","d":{"session_id"}}`. Then binary frames only, each
-/// one Noise message, relayed unchanged. Close codes: 4002 `invalid_message`,
+/// The device first: `{"op":"identify","d":{"access_token"}}` (the CLI), or
+/// `{"op":"identify","d":{}}` from the web console, which authenticates with
+/// its cookie `bothy_session` on this upgrade (honoured only with the
+/// `Origin` of `server.public_url`); the server answers
+/// `{"op":"ready","d":{"session_id"}}`. Then binary frames only, each one
+/// Noise message, relayed unchanged. Close codes: 4002 `invalid_message`,
 /// 4004 `credential_invalid` (also a login of another device, audited as a
-/// `terminal.stream` denial), 4012 `credential_revoked`, 4100
-/// `terminal_closed` (close text: the `close_reason`), 4101 and 4104 as the
-/// host service sent them, 4102 `terminal_host_unavailable`, 4103
+/// `terminal.stream` denial), 4008 `rate_limited` (close text
+/// `retry_after=<seconds>`: `rl.public_auth` of the client address after
+/// failed credentials, or the person's `rl.terminal`), 4012
+/// `credential_revoked`, 4100 `terminal_closed` (close text: the
+/// `close_reason`), 4101 and 4104 with the `close_detail` of a handshake the
+/// host service refused, 4102 `terminal_host_unavailable`, 4103
 /// `terminal_replaced`, 4014 `slow_consumer`, 4013 `server_shutdown`.
 #[utoipa::path(
     get,
@@ -168,13 +208,47 @@ async fn host_stream(
 async fn device_stream(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
+    client: ClientAddr,
+    headers: HeaderMap,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let session_id = path_id(&session_id)?;
     let upgrade = require_upgrade(upgrade)?;
+    let peer = DevicePeer {
+        client: client.0,
+        cookie: console_cookie(state.config(), &headers),
+    };
     let guard = state.shutdown().track();
     Ok(limits(&state, upgrade)
-        .on_upgrade(move |websocket| run_device(state, session_id, websocket, guard)))
+        .on_upgrade(move |websocket| run_device(state, session_id, peer, websocket, guard)))
+}
+
+/// What the upgrade of a device stream brought besides the socket.
+struct DevicePeer {
+    /// The client's address (the key of `rl.public_auth`).
+    client: IpAddr,
+    /// The console's cookie, if the upgrade carried one from the origin of
+    /// `server.public_url` (D-84).
+    cookie: Option<String>,
+}
+
+/// The value of the console's cookie on an upgrade whose `Origin` is the
+/// origin of `server.public_url`; `None` for any other origin or none.
+fn console_cookie(config: &Config, headers: &HeaderMap) -> Option<String> {
+    let expected = webauthn_rs::prelude::Url::parse(config.server.public_url.as_str())
+        .ok()?
+        .origin()
+        .ascii_serialization();
+    let origin = headers.get(ORIGIN)?.to_str().ok()?;
+    if origin != expected {
+        return None;
+    }
+    headers
+        .get_all(COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .find_map(console::cookie_value)
+        .map(str::to_owned)
 }
 
 fn require_upgrade(
@@ -188,7 +262,10 @@ fn require_upgrade(
 
 fn limits(state: &AppState, upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
     let max = MAX_NOISE_MESSAGE.max(state.config().sync.ws_max_frame_bytes);
-    upgrade.max_frame_size(max).max_message_size(max)
+    upgrade
+        .max_frame_size(max)
+        .max_message_size(max)
+        .read_buffer_size(READ_BUFFER)
 }
 
 /// A refused login: the close code and its text.
@@ -197,6 +274,14 @@ struct Refusal(u16, String);
 impl Refusal {
     fn code(code: CloseCode) -> Refusal {
         Refusal(code.as_u16(), code.name().to_owned())
+    }
+
+    /// 4008 with `retry_after=<seconds>` (6.3).
+    fn limited(retry: RetryAfter) -> Refusal {
+        Refusal(
+            CloseCode::RateLimited.as_u16(),
+            channel_limits::close_text(retry),
+        )
     }
 
     fn closed(reason: Option<&str>) -> Refusal {
@@ -213,22 +298,30 @@ impl Refusal {
     }
 }
 
-/// The first text frame within `limit`; `Ok(None)` if the peer left.
+/// The first text frame within `limit` of the server's clock (looked at every
+/// [`TICK`]); `Ok(None)` if the peer left.
 async fn first_text(
+    state: &AppState,
     websocket: &mut WebSocket,
     limit: Duration,
     late: CloseCode,
 ) -> Result<Option<String>, Refusal> {
-    let frame = tokio::time::timeout(limit, async {
-        loop {
-            match websocket.recv().await {
+    let deadline = state.clock().now_ms().saturating_add(millis(limit));
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let frame = loop {
+        tokio::select! {
+            frame = websocket.recv() => match frame {
                 Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                other => return other,
+                other => break other,
+            },
+            _ = ticks.tick() => {
+                if state.clock().now_ms() >= deadline {
+                    return Err(Refusal::code(late));
+                }
             }
         }
-    })
-    .await
-    .map_err(|_| Refusal::code(late))?;
+    };
     match frame {
         Some(Ok(Message::Text(text))) => Ok(Some(text.to_string())),
         Some(Ok(Message::Close(_))) | None => Ok(None),
@@ -239,12 +332,13 @@ async fn first_text(
 async fn run_host(
     state: AppState,
     session_id: Uuid,
+    client: IpAddr,
     mut websocket: WebSocket,
     mut guard: ShutdownGuard,
 ) {
     state.relay().ensure_started(&state);
     let login = tokio::select! {
-        login = host_login(&state, session_id, &mut websocket) => login,
+        login = host_login(&state, session_id, client, &mut websocket) => login,
         () = guard.triggered() => Err(Refusal::code(CloseCode::ServerShutdown)),
     };
     match login {
@@ -257,12 +351,13 @@ async fn run_host(
 async fn run_device(
     state: AppState,
     session_id: Uuid,
+    peer: DevicePeer,
     mut websocket: WebSocket,
     mut guard: ShutdownGuard,
 ) {
     state.relay().ensure_started(&state);
     let login = tokio::select! {
-        login = device_login(&state, session_id, &mut websocket) => login,
+        login = device_login(&state, session_id, &peer, &mut websocket) => login,
         () = guard.triggered() => Err(Refusal::code(CloseCode::ServerShutdown)),
     };
     match login {
@@ -323,6 +418,7 @@ async fn refuse(state: &AppState, mut websocket: WebSocket, code: u16, reason: S
 async fn host_login(
     state: &AppState,
     session_id: Uuid,
+    client: IpAddr,
     websocket: &mut WebSocket,
 ) -> Result<Option<SessionRow>, Refusal> {
     let config = state.config();
@@ -346,6 +442,7 @@ async fn host_login(
         return Ok(None);
     }
     let Some(text) = first_text(
+        state,
         websocket,
         config.terminal.host_auth_timeout,
         CloseCode::HostAuthFailed,
@@ -364,6 +461,7 @@ async fn host_login(
         .check_data_shape(session_id)
         .map_err(|_| Refusal::code(CloseCode::InvalidMessage))?;
     let now = state.clock().now_ms();
+    channel_limits::gate(state, client, now).map_err(Refusal::limited)?;
     let host = {
         let mut conn = state
             .db()
@@ -381,8 +479,17 @@ async fn host_login(
             config.auth.clock_leeway,
         )
         .await
-        .map_err(|refusal| Refusal::code(refusal.close_code()))?
+        .map_err(|refusal| {
+            if matches!(
+                refusal,
+                HostAuthRefusal::Unpaired | HostAuthRefusal::AuthFailed
+            ) {
+                channel_limits::charge_failed_check(state, client, now);
+            }
+            Refusal::code(refusal.close_code())
+        })?
     };
+    channel_limits::take_host(state, host.id, now).map_err(Refusal::limited)?;
     host_auth::check_host_may_connect(&host)
         .map_err(|refusal| Refusal::code(refusal.close_code()))?;
     let row = store::load(state, session_id)
@@ -420,14 +527,58 @@ async fn published_jwks(state: &AppState, now: i64) -> Result<Jwks, Refusal> {
     })
 }
 
+/// The credential a device stream presented.
+enum Credential<'a> {
+    /// `access_token` of identify (a CLI login).
+    Token(&'a str),
+    /// The console's cookie of the upgrade (identify without a token).
+    Cookie(&'a str),
+}
+
+impl Credential<'_> {
+    fn text(&self) -> &str {
+        match self {
+            Credential::Token(text) | Credential::Cookie(text) => text,
+        }
+    }
+
+    /// The client component whose logins this credential may carry: a
+    /// console token travels only as its cookie, a CLI token only as
+    /// `access_token` (as on the REST routes).
+    fn component(&self) -> ClientComponent {
+        match self {
+            Credential::Token(_) => ClientComponent::Cli,
+            Credential::Cookie(_) => ClientComponent::Console,
+        }
+    }
+}
+
+/// Whether the login of `person` is the one a stream of `row` belongs to: a
+/// CLI login's device is the session's device; a console login (no device
+/// key) is the session's login session, and the session has no device
+/// (docs/decisions.md D-73).
+fn login_matches(person: &PersonPrincipal, row: &SessionRow) -> bool {
+    if row.person_id != person.person_id {
+        return false;
+    }
+    match person.client_component {
+        ClientComponent::Console => {
+            row.device_id.is_none() && row.login_session_id == person.login_session_id
+        }
+        ClientComponent::Cli => row.device_id.is_some() && row.device_id == person.device_id,
+    }
+}
+
 /// The device stream's login; `Ok(None)` if the device left.
 async fn device_login(
     state: &AppState,
     session_id: Uuid,
+    peer: &DevicePeer,
     websocket: &mut WebSocket,
 ) -> Result<Option<SessionRow>, Refusal> {
     let config = state.config();
     let Some(text) = first_text(
+        state,
         websocket,
         config.terminal.host_auth_timeout,
         CloseCode::CredentialInvalid,
@@ -439,19 +590,36 @@ async fn device_login(
     let DeviceMessage::Identify(identify) =
         DeviceMessage::decode(text.as_bytes(), config.sync.ws_max_frame_bytes)
             .map_err(|_| Refusal::code(CloseCode::InvalidMessage))?;
-    let Some(token) = identify.access_token.as_deref() else {
-        return Err(Refusal::code(CloseCode::CredentialInvalid));
+    let credential = match (identify.access_token.as_deref(), peer.cookie.as_deref()) {
+        (Some(token), _) => Credential::Token(token),
+        (None, Some(cookie)) => Credential::Cookie(cookie),
+        // Nothing presented: nothing to check, nothing to charge.
+        (None, None) => return Err(Refusal::code(CloseCode::CredentialInvalid)),
     };
     let now = state.clock().now_ms();
-    let person = match principal::authenticate(state.db(), state.pepper(), token, now).await {
-        Ok(Some(Principal::Person(person))) => person,
-        Ok(Some(Principal::Service(_))) => return Err(Refusal::code(CloseCode::CredentialInvalid)),
+    channel_limits::gate(state, peer.client, now).map_err(Refusal::limited)?;
+    // Every refusal of the presented credential from here on takes one token
+    // of the client address's rl.public_auth (6.3).
+    let failed = |code: CloseCode| {
+        channel_limits::charge_failed_check(state, peer.client, now);
+        Refusal::code(code)
+    };
+    let authenticated =
+        principal::authenticate(state.db(), state.pepper(), credential.text(), now).await;
+    let person = match authenticated {
+        Ok(Some(Principal::Person(person)))
+            if person.client_component == credential.component() =>
+        {
+            person
+        }
+        Ok(Some(_)) => return Err(failed(CloseCode::CredentialInvalid)),
         Ok(None) => {
-            return Err(Refusal::code(if known_login(state, token).await? {
+            let code = if known_login(state, credential.text()).await? {
                 CloseCode::CredentialRevoked
             } else {
                 CloseCode::CredentialInvalid
-            }));
+            };
+            return Err(failed(code));
         }
         Err(error) => {
             tracing::warn!(%error, "the device stream cannot authenticate");
@@ -463,13 +631,7 @@ async fn device_login(
         .map_err(|_| Refusal::internal())?;
     let denial = match &row {
         None => Some(StreamDenial::SessionUnknown),
-        Some(row)
-            if row.person_id != person.person_id
-                || row.device_id.is_none()
-                || row.device_id != person.device_id =>
-        {
-            Some(StreamDenial::DeviceMismatch)
-        }
+        Some(row) if !login_matches(&person, row) => Some(StreamDenial::DeviceMismatch),
         Some(_) => None,
     };
     if let Some(denial) = denial {
@@ -491,11 +653,12 @@ async fn device_login(
             tracing::warn!(%error, "the device stream cannot write its denial");
             return Err(Refusal::internal());
         }
-        return Err(Refusal::code(CloseCode::CredentialInvalid));
+        return Err(failed(CloseCode::CredentialInvalid));
     }
     let Some(row) = row else {
-        return Err(Refusal::code(CloseCode::CredentialInvalid));
+        return Err(failed(CloseCode::CredentialInvalid));
     };
+    channel_limits::take_person(state, person.person_id, now).map_err(Refusal::limited)?;
     if row.is_closed() {
         return Err(Refusal::closed(row.close_reason.as_deref()));
     }

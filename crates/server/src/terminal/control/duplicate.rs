@@ -14,6 +14,8 @@
 //!   duplicate_connection`) and `host.updated` are written; then both
 //!   connections close with 4112.
 
+use std::collections::HashSet;
+use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
 use bothy_proto::codes::{CloseCode, CloseReason};
@@ -44,6 +46,43 @@ code_enum! {
     }
 }
 
+/// The hosts whose duplicate verdict runs on this process now. The older
+/// connection's log tail sees the verdict's `host.updated` before the
+/// verdict's own close reaches it; while the host is listed here, it leaves
+/// the close to the verdict (4112 on this node, D-M2-47-13).
+static VERDICTS: LazyLock<Mutex<HashSet<uuid::Uuid>>> =
+    LazyLock::new(|| Mutex::new(HashSet::new()));
+
+/// Whether this process's duplicate verdict of `host_id` is running.
+pub(super) fn verdict_running(host_id: uuid::Uuid) -> bool {
+    VERDICTS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .contains(&host_id)
+}
+
+/// Lists a host in [`VERDICTS`] until dropped.
+struct VerdictRunning(uuid::Uuid);
+
+impl VerdictRunning {
+    fn new(host_id: uuid::Uuid) -> VerdictRunning {
+        VERDICTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(host_id);
+        VerdictRunning(host_id)
+    }
+}
+
+impl Drop for VerdictRunning {
+    fn drop(&mut self) {
+        VERDICTS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.0);
+    }
+}
+
 /// Runs the check for a login of `host`. `Ok(true)`: an older, dead
 /// connection was replaced (audit in the login's unit of work); `Ok(false)`:
 /// there was none; `Err`: close the new connection (4112, or 4000).
@@ -71,11 +110,17 @@ pub(super) async fn check(connection: &ControlConnection, host: &Host) -> Result
         });
         return Ok(true);
     }
+    // Listed before the verdict commits and unlisted only after the older
+    // connection's close was handed over: its task either skips the
+    // verdict's host.updated or finds the command first (its loop looks at
+    // commands before the log tail).
+    let running = VerdictRunning::new(host.id);
     let verdict = duplicate_verdict(connection, host.id).await;
     let _ = sender.try_send(ConnCommand::Close {
         code: CloseCode::HostDuplicate,
         superseded: true,
     });
+    drop(running);
     match verdict {
         Ok(()) => Err(End::code(CloseCode::HostDuplicate)),
         Err(error) => {

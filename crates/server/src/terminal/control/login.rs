@@ -4,7 +4,11 @@
 //!    another valid host op first: 4113; a frame that fails decoding: 4002;
 //! 2. `protocol_version` not in [`PROTOCOL_VERSIONS`]: 4114;
 //! 3. `live_sessions` absent, `session_id` present, `host_version` not SemVer: 4002;
-//! 4. the proof ([`host_auth::verify_host_proof`]): 4110 / 4113;
+//! 4. the proof ([`host_auth::verify_host_proof`]): 4110 / 4113. Before it, an
+//!    empty `rl.public_auth` bucket of the client address closes with 4008; a
+//!    refused proof takes one token of it; after a proof that verifies, the
+//!    login takes one token of `rl.host` of the host, else 4008 (6.3,
+//!    [`crate::terminal::channel_limits`]);
 //! 5. `authorize(host, host.connect)` ([`host_auth::check_host_may_connect`]): 4111;
 //! 6. the duplicate check of 3.4 ([`super::duplicate`]), then one unit of
 //!    work: live_sessions reconciliation (6.2), reported_host_version,
@@ -28,6 +32,7 @@ use super::{ControlConnection, End, LoggedIn, duplicate};
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
 use crate::db::{self, DbError};
 use crate::hosts::{self, HostError};
+use crate::terminal::channel_limits;
 use crate::terminal::host_auth::{
     self, HostAuthRefusal, PROTOCOL_VERSIONS, protocol_version_supported,
 };
@@ -120,16 +125,17 @@ impl Pending {
         identify
             .check_control_shape()
             .map_err(|error| End::code(error.close_code()))?;
-        // Steps 4 and 5.
+        // Step 4, under the rate limits of 6.3.
         let now = state.clock().now_ms();
-        let checked = async {
+        channel_limits::gate(&state, connection.client, now).map_err(End::Limited)?;
+        let verified = async {
             let mut conn = state
                 .db()
                 .pool()
                 .acquire()
                 .await
                 .map_err(|e| HostAuthRefusal::Internal(HostError::Db(DbError::from(e))))?;
-            let host = host_auth::verify_host_proof(
+            host_auth::verify_host_proof(
                 &mut conn,
                 identify.host_id,
                 &identify.proof,
@@ -138,18 +144,28 @@ impl Pending {
                 now,
                 config.auth.clock_leeway,
             )
-            .await?;
-            host_auth::check_host_may_connect(&host)?;
-            Ok::<_, HostAuthRefusal>(host)
+            .await
         }
         .await;
-        let host = match checked {
+        let host = match verified {
             Ok(host) => host,
             Err(refusal) => {
+                if matches!(
+                    refusal,
+                    HostAuthRefusal::Unpaired | HostAuthRefusal::AuthFailed
+                ) {
+                    channel_limits::charge_failed_check(&state, connection.client, now);
+                }
                 audit_refusal(connection, identify.host_id, &refusal).await;
                 return Err(refusal.into());
             }
         };
+        channel_limits::take_host(&state, host.id, now).map_err(End::Limited)?;
+        // Step 5.
+        if let Err(refusal) = host_auth::check_host_may_connect(&host) {
+            audit_refusal(connection, identify.host_id, &refusal).await;
+            return Err(refusal.into());
+        }
         let auth_jkt = host.auth_jkt.clone().unwrap_or_default();
 
         // Step 6: the duplicate check, then one unit of work.
@@ -188,13 +204,21 @@ impl Pending {
                 return Err(refusal.into());
             }
         };
-        connection.send(&ServerMessage::Ready(Ready {
-            host_id: fresh.id,
-            state: fresh.state,
-            llm_credentials: fresh.llm_credentials,
-        }))?;
-        for (session_id, reason) in closes {
-            connection.send_close(session_id, reason)?;
+        let sent = connection
+            .send(&ServerMessage::Ready(Ready {
+                host_id: fresh.id,
+                state: fresh.state,
+                llm_credentials: fresh.llm_credentials,
+            }))
+            .and_then(|()| {
+                closes.iter().try_for_each(|(session_id, reason)| {
+                    connection.send_close(*session_id, *reason)
+                })
+            });
+        if let Err(end) = sent {
+            // Not logged in after all (a full queue): no registration stays.
+            links.unregister(host.id, connection.conn_id);
+            return Err(end);
         }
         Ok(LoggedIn {
             host_id: fresh.id,

@@ -21,11 +21,36 @@
 //! | Code | When |
 //! |---|---|
 //! | 4002 | a frame that fails decoding (binary, invalid JSON, over `sync.ws_max_frame_bytes` with reason `frame_too_large`, unknown op, server op, second identify), identify step 3 |
+//! | 4008 | `rl.public_auth` of the client address is empty (before the proof is checked), or `rl.host` of the host (after it); close text `retry_after=<seconds>` ([`crate::terminal::channel_limits`]) |
 //! | 4009 | no heartbeat for `host_heartbeat_interval × (miss_limit + 1)`; an older connection that did not answer the duplicate probe |
 //! | 4013 | shutdown |
 //! | 4014 | the outbound queue (`sync.outbound_queue_max`) is full, or a write missed `gateway.write_timeout` |
-//! | 4110 / 4111 / 4113 / 4114 / 4112 | the login (3.5 steps 1–5), a later op whose host.connect check fails, a state change handed over as a signal, a live duplicate |
+//! | 4110 / 4111 / 4113 / 4114 / 4112 | the login (3.5 steps 1–5), a later op whose host.connect check fails, a state change of the host ([`host_close`]), a live duplicate |
 //! | 4000 | an internal error |
+//!
+//! Before the close frame the frames already queued are written (at most
+//! `gateway.write_timeout` in all), so a `session.close` queued before a
+//! state change's close reaches the host first; a 4014 closes at once.
+//!
+//! # Timers
+//! The deadlines of the connection — `terminal.host_auth_timeout` after hello
+//! and the heartbeat deadline — are instants of the server's clock
+//! ([`crate::clock::Clock`]), looked at every [`TICK`], so a test moves the
+//! clock instead of waiting (docs/decisions.md D-87). The duplicate probe
+//! waits for a network answer and stays a tokio timeout.
+//!
+//! # A state change of the host (spec 9 `terminal.host_close`)
+//! Every transition that may end the host's login — out of active, a
+//! re-pairing, the fallback of the confirmation, the duplicate verdict —
+//! writes `host.updated` in its unit of work, after the ends of the host's
+//! sessions. The connection follows the log tail: on a `host.updated` of its
+//! host it reads the host and closes with the code of the state read now
+//! (4110 keys dropped or replaced, 4111 disabled or retired, 4112 disabled
+//! with `duplicate_connection`); a host that may stay connected keeps it. The
+//! `session.close` of those ends come earlier in the same tail, so the host
+//! service hears them before the close (docs/decisions.md D-87). While this
+//! node's duplicate verdict of the host runs, the verdict closes the older
+//! connection itself with 4112.
 //!
 //! # session.close for sessions that end while connected
 //! The connection subscribes to the log tail before its login unit of work and
@@ -43,6 +68,7 @@ mod report;
 mod sessions;
 
 use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::{LazyLock, Mutex};
 use std::time::Duration;
 
@@ -56,18 +82,21 @@ use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Map, json};
 use tokio::sync::{mpsc, oneshot};
-use tokio::time::Instant;
 use uuid::Uuid;
 
+use crate::clock::{UnixMillis, millis};
 use crate::db;
 use crate::events::{
     Audience, Delivery, EphemeralEvent, EphemeralKind, EventKind, EventsError, Subscription,
 };
 use crate::hosts::{self, Host};
 use crate::http::AppState;
+use crate::ratelimit::RetryAfter;
 use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
+use crate::terminal::channel_limits;
 use crate::terminal::host_auth::{self, HostAuthRefusal};
 use crate::terminal::links::ControlSignal;
+use crate::terminal::relay::TICK;
 
 /// What one connection task can be asked by another connection of the same
 /// host on this node (3.4): answer a probe, or close.
@@ -122,6 +151,8 @@ impl Drop for CommandSlot {
 enum End {
     /// The server closes with this code and reason text.
     Close(CloseCode, Option<&'static str>),
+    /// A rate limit of 6.3 is empty: 4008 with `retry_after=<seconds>`.
+    Limited(RetryAfter),
     /// The host sent its close frame.
     ClosedByHost,
     /// The connection broke.
@@ -171,6 +202,8 @@ struct ControlConnection {
     state: AppState,
     guard: ShutdownGuard,
     conn_id: Uuid,
+    /// The client's address (the key of `rl.public_auth`, 6.3).
+    client: IpAddr,
     queue: mpsc::Sender<Message>,
     /// Set when a newer connection of the host took over (3.4).
     superseded: bool,
@@ -178,9 +211,10 @@ struct ControlConnection {
     probe: Option<(Vec<u8>, oneshot::Sender<()>)>,
 }
 
-/// Runs the control connection on an upgraded socket. `guard` was taken
-/// before the upgrade (so a shutdown in between still closes it with 4013).
-pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket) {
+/// Runs the control connection of `client` on an upgraded socket. `guard`
+/// was taken before the upgrade (so a shutdown in between still closes it
+/// with 4013).
+pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket, client: IpAddr) {
     let now = state.clock().now_ms();
     let conn_id = match bothy_proto::ids::uuid_v7(u64::try_from(now).unwrap_or(0)) {
         Ok(id) => id,
@@ -197,6 +231,7 @@ pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket) 
         state: state.clone(),
         guard,
         conn_id,
+        client,
         queue,
         superseded: false,
         probe: None,
@@ -207,12 +242,15 @@ pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket) 
     let mut login = match login::Pending::hello(&connection).await {
         Ok(pending) => Some(pending),
         Err(end) => {
-            finish(&mut sink, &mut stream, end, write_timeout).await;
+            finish(&mut sink, &mut stream, &mut outbound, end, write_timeout).await;
             return;
         }
     };
-    let auth_timeout = state.config().terminal.host_auth_timeout;
-    let mut deadline = Instant::now() + auth_timeout;
+    let auth_timeout = millis(state.config().terminal.host_auth_timeout);
+    let mut deadline = state.clock().now_ms().saturating_add(auth_timeout);
+    // The deadlines are on the server's clock: one look every TICK.
+    let mut ticks = tokio::time::interval(TICK);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let end = {
         let writer = write_queue(&mut sink, &mut outbound, write_timeout);
@@ -226,12 +264,14 @@ pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket) 
                     WriterEnd::Stalled => End::code(CloseCode::SlowConsumer),
                     WriterEnd::Broken => End::Gone,
                 },
-                () = tokio::time::sleep_until(deadline) => {
-                    break End::code(if is_in {
-                        CloseCode::HeartbeatTimeout
-                    } else {
-                        CloseCode::HostAuthFailed
-                    });
+                _ = ticks.tick() => {
+                    if state.clock().now_ms() >= deadline {
+                        break End::code(if is_in {
+                            CloseCode::HeartbeatTimeout
+                        } else {
+                            CloseCode::HostAuthFailed
+                        });
+                    }
                 }
                 command = commands.recv() => match command {
                     Some(ConnCommand::Probe(answer)) => {
@@ -256,7 +296,7 @@ pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket) 
                 }
                 delivery = next_delivery(&mut subscription), if is_in => {
                     let Some(session) = logged_in.as_ref() else { continue };
-                    if let Err(end) = connection.on_delivery(session, delivery) {
+                    if let Err(end) = connection.on_delivery(session, delivery).await {
                         break end;
                     }
                 }
@@ -304,7 +344,7 @@ pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket) 
         connection.lost(session, &end).await;
     }
     drop(subscription);
-    finish(&mut sink, &mut stream, end, write_timeout).await;
+    finish(&mut sink, &mut stream, &mut outbound, end, write_timeout).await;
     drop(connection);
 }
 
@@ -358,11 +398,14 @@ impl ControlConnection {
         }))
     }
 
-    /// `heartbeat_interval × (miss_limit + 1)` from now (3.5 "Heartbeat").
-    fn heartbeat_deadline(&self) -> Instant {
+    /// `heartbeat_interval × (miss_limit + 1)` from now (3.5 "Heartbeat"), on
+    /// the server's clock.
+    fn heartbeat_deadline(&self) -> UnixMillis {
         let terminal = &self.state.config().terminal;
         let misses = terminal.host_heartbeat_miss_limit.saturating_add(1);
-        Instant::now() + terminal.host_heartbeat_interval.saturating_mul(misses)
+        self.state.clock().now_ms().saturating_add(millis(
+            terminal.host_heartbeat_interval.saturating_mul(misses),
+        ))
     }
 
     /// Every later op authorizes host.connect again (3.5): the host as stored
@@ -385,7 +428,7 @@ impl ControlConnection {
         &mut self,
         session: &mut LoggedIn,
         bytes: &[u8],
-    ) -> Result<Option<Instant>, End> {
+    ) -> Result<Option<UnixMillis>, End> {
         let max = self.state.config().sync.ws_max_frame_bytes;
         let message = HostMessage::decode(bytes, max)
             .map_err(|error| End::Close(error.close_code(), error.close_reason_text()))?;
@@ -482,8 +525,10 @@ impl ControlConnection {
     }
 
     /// A delivery of the log tail: session.close for a closed session of this
-    /// host that this connection did not end itself.
-    fn on_delivery(
+    /// host that this connection did not end itself; after a `host.updated`
+    /// of this host, the close of a host that may no longer be connected
+    /// (see the module docs).
+    async fn on_delivery(
         &self,
         session: &LoggedIn,
         delivery: Result<Delivery, EventsError>,
@@ -497,11 +542,19 @@ impl ControlConnection {
                 return Err(End::code(CloseCode::UnknownError));
             }
         };
+        let payload = &event.payload;
+        let field = |name: &str| payload.get(name).and_then(|v| v.as_str());
+        if event.kind == EventKind::HostUpdated {
+            if field("host_id") != Some(db::id_text(&session.host_id).as_str())
+                || duplicate::verdict_running(session.host_id)
+            {
+                return Ok(());
+            }
+            return self.host_close_check(session).await;
+        }
         if event.kind != EventKind::TerminalSessionChanged {
             return Ok(());
         }
-        let payload = &event.payload;
-        let field = |name: &str| payload.get(name).and_then(|v| v.as_str());
         if field("state") != Some("closed")
             || field("host_id") != Some(db::id_text(&session.host_id).as_str())
         {
@@ -517,6 +570,25 @@ impl ControlConnection {
             return Ok(());
         }
         self.send_close(id, reason)
+    }
+
+    /// After a committed change of the host: the close of 9
+    /// `terminal.host_close` with the code of the state read now, if the host
+    /// may no longer be connected with this login.
+    async fn host_close_check(&self, session: &LoggedIn) -> Result<(), End> {
+        let mut conn = self.state.db().pool().acquire().await.map_err(|error| {
+            tracing::warn!(%error, "the control connection cannot reach the database");
+            End::code(CloseCode::UnknownError)
+        })?;
+        let host = hosts::load(&mut conn, session.host_id)
+            .await
+            .map_err(HostAuthRefusal::from)?;
+        drop(conn);
+        match host {
+            Some(host) => host_close_code(&host, &session.auth_jkt)
+                .map_or(Ok(()), |code| Err(End::code(code))),
+            None => Err(End::code(CloseCode::HostUnpaired)),
+        }
     }
 
     /// The connection ended after ready: unregister, `connected = false`, and
@@ -569,6 +641,22 @@ fn presence(host_id: Uuid, connected: bool) -> EphemeralEvent {
     )
 }
 
+/// The close code of 9 `terminal.host_close` for a connection logged in with
+/// `login_jkt`: 4112 for a host disabled with `duplicate_connection`, else
+/// the code of the host.connect check ([`host_auth::check_still_connected`]:
+/// 4110 keys dropped or replaced, 4111 disabled or retired); `None` while the
+/// host may stay connected.
+fn host_close_code(host: &Host, login_jkt: &str) -> Option<CloseCode> {
+    if host.state == crate::hosts::HostState::Disabled
+        && host.disabled_reason == Some(crate::hosts::DisabledReason::DuplicateConnection)
+    {
+        return Some(CloseCode::HostDuplicate);
+    }
+    host_auth::check_still_connected(host, login_jkt)
+        .err()
+        .map(|refusal| refusal.close_code())
+}
+
 /// Writes the queue to the socket, each message under `gateway.write_timeout`.
 async fn write_queue(
     sink: &mut SplitSink<WebSocket, Message>,
@@ -585,26 +673,40 @@ async fn write_queue(
     WriterEnd::Broken
 }
 
-/// Says goodbye as `end` asks: the queued frames first (at most
-/// `write_timeout` each), then the close frame, then waits for the host's.
+/// Says goodbye as `end` asks: the frames still queued first (at most
+/// `write_timeout` in all; not for a slow consumer, whose queue is the
+/// problem), then the close frame, then waits for the host's.
 async fn finish(
     sink: &mut SplitSink<WebSocket, Message>,
     stream: &mut SplitStream<WebSocket>,
+    outbound: &mut mpsc::Receiver<Message>,
     end: End,
     write_timeout: Duration,
 ) {
-    match end {
-        End::Close(code, reason) => {
-            let frame = Message::Close(Some(CloseFrame {
-                code: code.as_u16(),
-                reason: reason.unwrap_or(code.name()).into(),
-            }));
-            if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.send(frame)).await {
-                read_to_end(stream, CLOSE_ANSWER_WAIT).await;
+    let (code, reason) = match end {
+        End::Close(code, reason) => (code, reason.unwrap_or(code.name()).to_owned()),
+        End::Limited(retry) => (CloseCode::RateLimited, channel_limits::close_text(retry)),
+        End::ClosedByHost => return read_to_end(stream, CLOSE_ANSWER_WAIT).await,
+        End::Gone => return,
+    };
+    if code != CloseCode::SlowConsumer {
+        let drained = tokio::time::timeout(write_timeout, async {
+            while let Ok(message) = outbound.try_recv() {
+                sink.send(message).await?;
             }
+            Ok::<(), axum::Error>(())
+        })
+        .await;
+        if !matches!(drained, Ok(Ok(()))) {
+            return;
         }
-        End::ClosedByHost => read_to_end(stream, CLOSE_ANSWER_WAIT).await,
-        End::Gone => {}
+    }
+    let frame = Message::Close(Some(CloseFrame {
+        code: code.as_u16(),
+        reason: reason.into(),
+    }));
+    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.send(frame)).await {
+        read_to_end(stream, CLOSE_ANSWER_WAIT).await;
     }
 }
 

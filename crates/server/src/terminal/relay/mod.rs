@@ -40,7 +40,11 @@
 //! After the commit of any end, the log tail hands `terminal_session.changed`
 //! with state `closed` to [`Relay`]'s tail task, which closes every side of
 //! that session with 4100 and the `close_reason` as close text (a never paired
-//! side of an `open_failed` session gets 4102 instead, 6.1 step 6).
+//! side of an `open_failed` session gets 4102 instead, 6.1 step 6). The device
+//! stream of an `open_failed` end whose `close_detail` is a refused handshake
+//! of 5.3 gets that refusal's 4101 or 4104 with the detail as text instead
+//! ([`stream_code_for_end`]), so the device gets the same code whether the
+//! host service closed its data connection or reported `session.ended`.
 
 mod pipe;
 pub(crate) mod side;
@@ -88,10 +92,11 @@ pub enum Side {
 }
 
 impl Side {
-    /// The label of `bothy_terminal_relay_unpaired`.
+    /// The label `side` of `bothy_terminal_relay_unpaired` (spec 9 names the
+    /// device's side `client`).
     pub const fn as_str(self) -> &'static str {
         match self {
-            Side::Device => "device",
+            Side::Device => "client",
             Side::Host => "host",
         }
     }
@@ -117,6 +122,9 @@ pub(crate) struct Stats {
     last_input: AtomicI64,
     /// How many readers of this session wait for room now.
     stalled: AtomicUsize,
+    /// How many waits for room have begun (each counts its stall timer from
+    /// its own start).
+    stalls: AtomicU64,
 }
 
 impl Stats {
@@ -138,6 +146,7 @@ impl Stats {
     /// Marks a reader waiting for room (or no longer).
     pub(crate) fn set_stalled(&self, stalled: bool) {
         if stalled {
+            self.stalls.fetch_add(1, Ordering::SeqCst);
             self.stalled.fetch_add(1, Ordering::SeqCst);
         } else {
             self.stalled.fetch_sub(1, Ordering::SeqCst);
@@ -267,6 +276,8 @@ pub struct Relay {
     slots: Mutex<HashMap<Uuid, Slot>>,
     next_conn: AtomicU64,
     started: AtomicBool,
+    /// How many looks at the clocks the ticker has finished.
+    ticks: AtomicU64,
 }
 
 impl fmt::Debug for Relay {
@@ -313,9 +324,26 @@ impl Relay {
             .is_some_and(|slot| slot.stats.stalled.load(Ordering::SeqCst) > 0)
     }
 
+    /// How many waits for room have begun in the session, in all (a test
+    /// that moved the clock past the stall timeout sees a new wait that began
+    /// after the move by this number).
+    pub fn stalls(&self, session_id: Uuid) -> u64 {
+        let slots = self.lock_slots();
+        slots
+            .get(&session_id)
+            .map_or(0, |slot| slot.stats.stalls.load(Ordering::SeqCst))
+    }
+
     /// How many sessions have a side here.
     pub fn session_count(&self) -> usize {
         self.lock_slots().len()
+    }
+
+    /// How many looks at the clocks ([`TICK`]) the relay has finished: a test
+    /// that moved the server's clock waits for two more to know that the
+    /// relay saw the new time (and acted on it, or found nothing due).
+    pub fn ticks(&self) -> u64 {
+        self.ticks.load(Ordering::SeqCst)
     }
 
     fn lock_slots(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Slot>> {
@@ -515,27 +543,42 @@ impl Relay {
         }
     }
 
-    /// Closes every side of an ended session (after the commit of the end).
-    fn session_closed(&self, state: &AppState, session_id: Uuid, reason: &str) {
+    /// Closes every side of an ended session (after the commit of the end):
+    /// the device with [`stream_code_for_end`], the host with 4100 and the
+    /// `close_reason`; a never paired side of an `open_failed` end is counted
+    /// unpaired and gets 4102 unless a refused handshake names its own code.
+    fn session_closed(
+        &self,
+        state: &AppState,
+        session_id: Uuid,
+        reason: &str,
+        detail: Option<CloseDetail>,
+    ) {
         let mut slots = self.lock_slots();
         let Some(slot) = slots.get_mut(&session_id) else {
             return;
         };
         slot.ending = true;
         let open_failed = reason == CloseReason::OpenFailed.as_str();
+        let refused = CloseReason::parse(reason)
+            .ok()
+            .and_then(|reason| handshake_refusal(reason, detail));
         for side in [Side::Device, Side::Host] {
             if let Some(member) = slot.member(side).as_mut() {
-                if open_failed && member.lone_never_paired() {
-                    if !member.timer_done {
-                        member.timer_done = true;
-                        count_unpaired(state, side);
+                let lone = open_failed && member.lone_never_paired();
+                if lone && !member.timer_done {
+                    member.timer_done = true;
+                    count_unpaired(state, side);
+                }
+                match (side, refused) {
+                    (Side::Device, Some(detail)) => {
+                        member.close(detail.handshake_close_code().as_u16(), detail.as_str())
                     }
-                    member.close(
+                    _ if lone => member.close(
                         CloseCode::TerminalHostUnavailable.as_u16(),
                         CloseCode::TerminalHostUnavailable.name(),
-                    );
-                } else {
-                    member.close(CloseCode::TerminalClosed.as_u16(), reason);
+                    ),
+                    _ => member.close(CloseCode::TerminalClosed.as_u16(), reason),
                 }
             }
         }
@@ -636,6 +679,7 @@ impl Relay {
             let state = state.clone();
             tokio::spawn(async move { store::flush(&state, session_id, &stats).await });
         }
+        self.ticks.fetch_add(1, Ordering::SeqCst);
     }
 
     /// The never paired lone sides of a session, closed with 4102 and
@@ -665,6 +709,45 @@ impl Relay {
                 }
             }
         }
+    }
+}
+
+/// The refused handshake an end stands for, if any: `open_failed` with one
+/// of the details of the table of 5.3 (the host service's refusal of the
+/// token or the handshake, reported through `session.ended`).
+fn handshake_refusal(reason: CloseReason, detail: Option<CloseDetail>) -> Option<CloseDetail> {
+    match (reason, detail?) {
+        (
+            CloseReason::OpenFailed,
+            detail @ (CloseDetail::TokenExpired
+            | CloseDetail::TokenReplayed
+            | CloseDetail::TokenInvalid
+            | CloseDetail::HandshakeFailed
+            | CloseDetail::ProfileUnknown
+            | CloseDetail::SessionUserUnknown
+            | CloseDetail::SessionUserMismatch
+            | CloseDetail::ServerHostOwnerOnly),
+        ) => Some(detail),
+        _ => None,
+    }
+}
+
+/// The close code and text of the device stream for an end (5.3
+/// "StreamCodeForEnd", 6.1 step 7): a refused handshake reported through
+/// `session.ended` reaches the device with the code the host service would
+/// have closed with (4101 for `token_expired` and `token_replayed`, 4104 for
+/// the other details of 5.3) and the detail as close text; every other end
+/// gives 4100 with the `close_reason` (docs/decisions.md D-85).
+pub fn stream_code_for_end(reason: CloseReason, detail: Option<CloseDetail>) -> (u16, String) {
+    match handshake_refusal(reason, detail) {
+        Some(detail) => (
+            detail.handshake_close_code().as_u16(),
+            detail.as_str().to_owned(),
+        ),
+        None => (
+            CloseCode::TerminalClosed.as_u16(),
+            reason.as_str().to_owned(),
+        ),
     }
 }
 
@@ -788,7 +871,12 @@ async fn tail_task(state: AppState, mut subscription: crate::events::Subscriptio
                 .and_then(|v| v.as_str())
                 .unwrap_or(CloseCode::TerminalClosed.name())
                 .to_owned();
-            relay.session_closed(&state, session_id, &reason);
+            let detail = event
+                .payload
+                .get("close_detail")
+                .and_then(|v| v.as_str())
+                .and_then(|text| CloseDetail::parse(text).ok());
+            relay.session_closed(&state, session_id, &reason, detail);
         } else if let Ok(Some(row)) = store::load(&state, session_id).await {
             relay.refresh(session_id, row.limits());
         }
@@ -803,5 +891,60 @@ async fn ticker(state: AppState) {
             _ = shutdown.wait_for(|stop| *stop) => return,
             () = tokio::time::sleep(TICK) => state.relay().tick(&state),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 5.3 StreamCodeForEnd for every pair of 10.3 the end function stores.
+    #[test]
+    fn the_device_gets_the_code_of_a_refused_handshake_else_4100() {
+        let refused = [
+            ("token_expired", 4101),
+            ("token_replayed", 4101),
+            ("token_invalid", 4104),
+            ("handshake_failed", 4104),
+            ("profile_unknown", 4104),
+            ("session_user_unknown", 4104),
+            ("session_user_mismatch", 4104),
+            ("server_host_owner_only", 4104),
+        ];
+        let mut handed = 0;
+        for &reason in CloseReason::ALL {
+            let details = std::iter::once(None).chain(CloseDetail::ALL.iter().copied().map(Some));
+            for detail in details {
+                if bothy_proto::codes::check_close_pair(reason, detail).is_err() {
+                    continue;
+                }
+                let (code, text) = stream_code_for_end(reason, detail);
+                let expected = refused
+                    .iter()
+                    .find(|(name, _)| {
+                        reason == CloseReason::OpenFailed
+                            && detail.map(CloseDetail::as_str) == Some(*name)
+                    })
+                    .map(|(name, code)| (*code, (*name).to_owned()));
+                match expected {
+                    Some(expected) => {
+                        handed += 1;
+                        assert_eq!((code, text), expected, "{reason} {detail:?}");
+                    }
+                    None => assert_eq!(
+                        (code, text.as_str()),
+                        (4100, reason.as_str()),
+                        "{reason} {detail:?}"
+                    ),
+                }
+            }
+        }
+        assert_eq!(handed, refused.len());
+    }
+
+    #[test]
+    fn the_unpaired_label_of_the_device_side_is_client() {
+        assert_eq!(Side::Device.as_str(), "client");
+        assert_eq!(Side::Host.as_str(), "host");
     }
 }

@@ -23,6 +23,8 @@ use crate::terminal::{EndScope, end};
 pub(crate) struct SessionRow {
     pub(crate) host_id: Uuid,
     pub(crate) person_id: Uuid,
+    /// The current login session (the console's stream is bound to it).
+    pub(crate) login_session_id: Uuid,
     pub(crate) device_id: Option<Uuid>,
     pub(crate) state: String,
     pub(crate) close_reason: Option<String>,
@@ -56,8 +58,8 @@ pub(crate) async fn load(
 ) -> Result<Option<SessionRow>, DbError> {
     let mut conn = state.db().pool().acquire().await?;
     let row = sqlx::query(
-        "SELECT host_id, person_id, device_id, state, close_reason, created_at, started_at, \
-                last_input_at, detached_at \
+        "SELECT host_id, person_id, login_session_id, device_id, state, close_reason, \
+                created_at, started_at, last_input_at, detached_at \
          FROM terminal_sessions WHERE id = $1",
     )
     .bind(db::id_text(&session_id))
@@ -67,6 +69,7 @@ pub(crate) async fn load(
     Ok(Some(SessionRow {
         host_id: db::get_uuid(&row, "host_id")?,
         person_id: db::get_uuid(&row, "person_id")?,
+        login_session_id: db::get_uuid(&row, "login_session_id")?,
         device_id: db::get_opt_uuid(&row, "device_id")?,
         state: row.try_get("state")?,
         close_reason: row.try_get("close_reason")?,

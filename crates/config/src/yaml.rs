@@ -17,8 +17,8 @@ use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Value};
 use serde_saphyr::{DuplicateKeyPolicy, MergeKeyPolicy, Options};
 
-use super::ConfigError;
-use super::error::dotted;
+use crate::ConfigError;
+use crate::error::dotted;
 
 fn options() -> Options {
     let mut options = Options::default();
@@ -31,7 +31,7 @@ fn options() -> Options {
 }
 
 /// Reads one YAML document. An empty document (or only comments) is `Null`.
-pub(crate) fn parse_document(text: &str) -> Result<Value, ConfigError> {
+pub fn parse_document(text: &str) -> Result<Value, ConfigError> {
     let context = Context::default();
     let parsed = serde_saphyr::with_deserializer_from_str_with_options(text, options(), |de| {
         ValueSeed { context: &context }.deserialize(de)
@@ -47,7 +47,7 @@ pub(crate) fn parse_document(text: &str) -> Result<Value, ConfigError> {
 
 /// Why a text is not one YAML scalar.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum ScalarError {
+pub enum ScalarError {
     /// YAML `null` (also the empty text).
     Null,
     /// A mapping, a sequence, several documents or not YAML at all.
@@ -56,7 +56,7 @@ pub(crate) enum ScalarError {
 
 /// Reads the value of an environment override: one YAML scalar (a string, an
 /// integer, a boolean).
-pub(crate) fn parse_scalar(text: &str) -> Result<Value, ScalarError> {
+pub fn parse_scalar(text: &str) -> Result<Value, ScalarError> {
     match parse_document(text) {
         Ok(Value::Null) => Err(ScalarError::Null),
         Ok(value @ (Value::String(_) | Value::Number(_) | Value::Bool(_))) => Ok(value),

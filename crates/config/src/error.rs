@@ -130,14 +130,14 @@ impl ConfigError {
         }
     }
 
-    pub(crate) fn invalid(key: &str, expected: impl Into<String>) -> Self {
+    pub fn invalid(key: &str, expected: impl Into<String>) -> Self {
         ConfigError::InvalidValue {
             key: key.to_owned(),
             expected: expected.into(),
         }
     }
 
-    pub(crate) fn wrong_type(key: &str, expected: impl Into<String>) -> Self {
+    pub fn wrong_type(key: &str, expected: impl Into<String>) -> Self {
         ConfigError::WrongType {
             key: key.to_owned(),
             expected: expected.into(),
@@ -175,7 +175,7 @@ const KEY_NAME_MAX_CHARS: usize = 64;
 
 /// The dotted form of an RFC 6901 pointer: `/terminal/pairing_code_ttl` becomes
 /// `terminal.pairing_code_ttl`; a token that is not a plain word is quoted.
-pub(crate) fn dotted(pointer: &str) -> String {
+pub fn dotted(pointer: &str) -> String {
     let mut out = String::new();
     for (i, token) in pointer.split('/').skip(1).enumerate() {
         if i > 0 {
@@ -188,7 +188,7 @@ pub(crate) fn dotted(pointer: &str) -> String {
 }
 
 /// Appends `name` to a dotted key (`prefix.name`), quoting an unusual name.
-pub(crate) fn join_key(prefix: &str, name: &str) -> String {
+pub fn join_key(prefix: &str, name: &str) -> String {
     let mut out = prefix.to_owned();
     if !out.is_empty() {
         out.push('.');
@@ -224,7 +224,7 @@ fn push_key_segment(out: &mut String, name: &str) {
 }
 
 /// A variable name as errors repeat it: cut and without control characters.
-pub(crate) fn shown_var(name: &str) -> String {
+pub fn shown_var(name: &str) -> String {
     let mut out = String::new();
     for (i, c) in name.chars().enumerate() {
         if i == KEY_NAME_MAX_CHARS {

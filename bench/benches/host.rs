@@ -1,0 +1,870 @@
+//! The host service's benchmark (issue 6, DESIGN §6): `cargo bench -p
+//! bothy-host --bench host --features test-seams`, as root (a release build;
+//! it makes OS users and starts `bothy-host supervise`). One figure per line,
+//! `name: value unit`, on standard output; progress goes to standard error.
+//!
+//! The path is the product's: the real server in this process (the scenario
+//! harness of the host service's tests, `crates/host/tests/e2e_common`), the
+//! real `bothy-host` binary under `bothy-host supervise` with a PTY helper per
+//! session user, and a test device that speaks the real protocol (TLS
+//! WebSocket to the relay, Noise NK, frames of 5.4).
+//!
+//! - Bulk: `cat` of a 256 MiB file of printable lines (76 characters of the
+//!   base64 alphabet and a line feed) in the shell, PTY → helper → service →
+//!   relay → device, from the first output byte after the command to the
+//!   sentinel; side by side in the same run with `ssh -T` of OpenSSH
+//!   (`chacha20-poly1305@openssh.com`, its own `sshd` on a free port, the same
+//!   session user, the same file), from the first byte on standard output to
+//!   its end. Both are MiB/s of the file's size: the PTY turns every `\n` into
+//!   `\r\n`, so the device receives 1/76 more bytes than the file has; `ssh -T`
+//!   has no PTY and carries exactly the file (D-180, D-181). Two more columns
+//!   say how much of the gap the PTY explains: `ssh -tt` (a PTY on the
+//!   server's side, as bothy has) and `cat` on a PTY of this process read
+//!   directly (the ceiling of any path through a PTY). Three runs each,
+//!   alternating, the median is the figure.
+//! - Keystroke echo: single-byte data frames to `stty raw -echo; cat` in the
+//!   shell, timed until the byte is back at the device; beside the same `cat`
+//!   in a PTY of this process (openpty, raw, no echo), written and read
+//!   directly. 1,000 samples after 50 warm-up; p50 and p99 (D-182).
+//! - `open_to_first_byte_ms`: from the open request (the step-up before it not
+//!   counted) through the device stream, Noise handshake and `start` to the
+//!   first data frame of the shell; the median of three openings.
+//!
+//! Every wait is bounded; a failure prints what failed and exits non-zero.
+
+#[path = "../../crates/host/tests/e2e_common/mod.rs"]
+mod e2e_common;
+#[path = "../../crates/server/tests/hosts_common/mod.rs"]
+mod hosts_common;
+#[path = "../../crates/server/tests/identity_common/mod.rs"]
+mod identity_common;
+#[path = "../../crates/server/tests/support/mod.rs"]
+#[allow(unused_macros, unused_imports)]
+mod support;
+#[path = "../../crates/server/tests/terminal_common/mod.rs"]
+mod terminal_common;
+#[path = "../../crates/host/tests/support/users.rs"]
+#[allow(dead_code)]
+mod users;
+
+use std::fs::{self, File};
+use std::io::{BufWriter, Read, Write};
+use std::net::TcpStream;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use bothy_noise::{EphemeralKey, Initiator, Transport};
+use bothy_proto::b64;
+use bothy_proto::frame::{Direction, Frame};
+use bothy_proto::jws::ephemeral_key_hash;
+use bothy_server::db::Engine;
+use e2e_common::{DeviceSession, Options, Received, Scenario};
+use futures_util::SinkExt;
+use serde_json::json;
+use tokio_tungstenite::tungstenite::Message;
+use uuid::Uuid;
+
+/// The size of the bulk file: 256 MiB.
+const FILE_BYTES: u64 = 256 * 1024 * 1024;
+/// Characters of a line of the bulk file, line feed excluded.
+const LINE: usize = 76;
+/// Runs of each bulk figure; the median is printed.
+const BULK_RUNS: usize = 3;
+/// The bound of one bulk run (a run that takes longer has failed).
+const BULK_LIMIT: Duration = Duration::from_secs(300);
+/// What the shell prints after the file; typed as `EN""D-MARK`, so the echo
+/// of the typed line does not contain it, and `-` is not in the base64
+/// alphabet, so the file does not.
+const SENTINEL: &[u8] = b"END-MARK";
+/// Echo samples, and the warm-up before them.
+const ECHO_SAMPLES: usize = 1_000;
+const ECHO_WARM_UP: usize = 50;
+/// The bound of one echo round trip.
+const ECHO_LIMIT: Duration = Duration::from_secs(10);
+/// Openings timed for `open_to_first_byte_ms`.
+const OPENINGS: usize = 3;
+/// The bound of the shell's answer to a command, and of quiet waits.
+const SHELL_LIMIT: Duration = Duration::from_secs(30);
+/// The bound of installing openssh-server.
+const APT_LIMIT: Duration = Duration::from_secs(600);
+/// The cipher of the comparison (DESIGN §6).
+const SSH_CIPHER: &str = "chacha20-poly1305@openssh.com";
+
+fn main() -> ExitCode {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("host bench: needs root (it creates OS users and runs bothy-host supervise)");
+        return ExitCode::FAILURE;
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("host bench: tokio runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    // `cargo bench` passes `--bench`; there is nothing to filter.
+    match runtime.block_on(run()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("host bench failed: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
+    eprintln!("host bench: starting the server and the host service");
+    let scenario = tokio::time::timeout(
+        Duration::from_secs(180),
+        Scenario::start(Engine::Sqlite, Options::default()),
+    )
+    .await
+    .map_err(|_| anyhow!("the scenario did not start within 180 s"))?;
+
+    eprintln!("host bench: open to first byte");
+    let mut openings = Vec::with_capacity(OPENINGS);
+    for _ in 0..OPENINGS {
+        openings.push(open_to_first_byte(&scenario).await?);
+    }
+
+    eprintln!("host bench: writing the {FILE_BYTES}-byte file");
+    let file = scenario.dir.path.join("bulk.txt");
+    write_bulk_file(&file)?;
+
+    eprintln!("host bench: setting up sshd");
+    let sshd = match Sshd::start(&scenario) {
+        Ok(sshd) => Some(sshd),
+        Err(error) => {
+            eprintln!("host bench: ssh comparison unavailable: {error:#}");
+            println!("ssh_cat_mib_s: unavailable ({})", one_line(&error));
+            None
+        }
+    };
+
+    let mut device = tokio::time::timeout(SHELL_LIMIT, scenario.open_shell())
+        .await
+        .map_err(|_| anyhow!("opening the bulk session took over {SHELL_LIMIT:?}"))?;
+    // No tty echo for the bulk commands: the first output after a command is
+    // then its output.
+    shell_command(&mut device, "stty -echo; echo RE\"\"ADY-1", "READY-1").await?;
+    drain_quiet(&mut device, Duration::from_millis(300)).await?;
+
+    // The runs alternate, so a neighbour's load on the machine falls on all
+    // of them alike.
+    let mut bothy = Series::new("bothy_cat");
+    let mut ssh = Series::new("ssh_cat");
+    let mut ssh_tty = Series::new("ssh_tty_cat");
+    let mut direct = Series::new("direct_pty_cat");
+    for run in 1..=BULK_RUNS {
+        eprintln!("host bench: bulk run {run} through bothy");
+        let seconds = bothy_cat(&mut device, &file).await?;
+        bothy.runs.push(mib_s(seconds));
+        drain_quiet(&mut device, Duration::from_millis(300)).await?;
+        if let Some(sshd) = &sshd {
+            eprintln!("host bench: bulk run {run} through ssh -T and ssh -tt");
+            ssh.take(|| sshd.cat(&file, false));
+            ssh_tty.take(|| sshd.cat(&file, true));
+        }
+        eprintln!("host bench: bulk run {run} on a direct PTY");
+        direct.take(|| direct_pty_cat(&file));
+    }
+    let bothy_cat = bothy.print().unwrap_or(f64::NAN);
+    if sshd.is_some() {
+        if let Some(ssh_cat) = ssh.print() {
+            println!("bothy_vs_ssh_ratio: {:.2} bothy/ssh", bothy_cat / ssh_cat);
+        }
+        if let Some(ssh_tty_cat) = ssh_tty.print() {
+            println!(
+                "bothy_vs_ssh_tty_ratio: {:.2} bothy/ssh_tty",
+                bothy_cat / ssh_tty_cat
+            );
+        }
+    }
+    if let Some(direct_cat) = direct.print() {
+        println!(
+            "bothy_vs_direct_pty_ratio: {:.2} bothy/direct_pty",
+            bothy_cat / direct_cat
+        );
+    }
+    drop(sshd);
+
+    eprintln!("host bench: keystroke echo through bothy");
+    let bothy_echo = bothy_echo(&mut device).await?;
+    eprintln!("host bench: keystroke echo on a direct PTY");
+    let direct_echo = direct_pty_echo()?;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    println!("bothy_echo_rtt_p50_us: {:.0} µs", us(bothy_echo.0));
+    println!("bothy_echo_rtt_p99_us: {:.0} µs", us(bothy_echo.1));
+    println!("direct_pty_echo_rtt_p50_us: {:.0} µs", us(direct_echo.0));
+    println!("direct_pty_echo_rtt_p99_us: {:.0} µs", us(direct_echo.1));
+    println!(
+        "echo_rtt_added_p50_us: {:.0} µs",
+        us(bothy_echo.0) - us(direct_echo.0)
+    );
+    println!(
+        "echo_rtt_p50_ratio: {:.1} bothy/direct",
+        us(bothy_echo.0) / us(direct_echo.0)
+    );
+    println!(
+        "echo_rtt_p99_ratio: {:.1} bothy/direct",
+        us(bothy_echo.1) / us(direct_echo.1)
+    );
+    let ms: Vec<f64> = openings.iter().map(|d| d.as_secs_f64() * 1e3).collect();
+    println!("open_to_first_byte_ms: {:.1} ms", median(&ms));
+
+    // The shell is in raw mode running `cat`: end the session from the device.
+    device.send(Frame::Close).await;
+    drop(device);
+    Ok(())
+}
+
+/// The bulk runs of one path, in MiB/s; the first failure ends the series.
+struct Series {
+    name: &'static str,
+    runs: Vec<f64>,
+    failure: Option<anyhow::Error>,
+}
+
+impl Series {
+    fn new(name: &'static str) -> Series {
+        Series {
+            name,
+            runs: Vec::with_capacity(BULK_RUNS),
+            failure: None,
+        }
+    }
+
+    /// Runs `run` (seconds of one bulk run) unless the series failed before.
+    fn take(&mut self, run: impl FnOnce() -> anyhow::Result<f64>) {
+        if self.failure.is_none() {
+            match run() {
+                Ok(seconds) => self.runs.push(mib_s(seconds)),
+                Err(error) => self.failure = Some(error),
+            }
+        }
+    }
+
+    /// Prints each run and the median (or why it is unavailable); the median.
+    fn print(&self) -> Option<f64> {
+        if let Some(error) = &self.failure {
+            println!("{}_mib_s: unavailable ({})", self.name, one_line(error));
+            return None;
+        }
+        for (i, value) in self.runs.iter().enumerate() {
+            println!("{}_run{}_mib_s: {value:.1} MiB/s", self.name, i + 1);
+        }
+        let value = median(&self.runs);
+        println!("{}_mib_s: {value:.1} MiB/s", self.name);
+        Some(value)
+    }
+}
+
+/// MiB/s of the file's size over `seconds`.
+fn mib_s(seconds: f64) -> f64 {
+    FILE_BYTES as f64 / (1024.0 * 1024.0) / seconds
+}
+
+/// The median of a few values.
+fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
+
+/// The nearest-rank quantile `q` of sorted samples.
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// An error on one line, for a figure's "unavailable (...)".
+fn one_line(error: &anyhow::Error) -> String {
+    format!("{error:#}").replace('\n', " ")
+}
+
+/// Writes the bulk file: lines of 76 random characters of the base64 alphabet
+/// and a line feed, exactly [`FILE_BYTES`] long, readable by everyone.
+fn write_bulk_file(path: &Path) -> anyhow::Result<()> {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut seed = [0u8; 8];
+    getrandom::fill(&mut seed).map_err(|e| anyhow!("random seed: {e}"))?;
+    // xorshift64*: random enough for text nobody compresses.
+    let mut state = u64::from_le_bytes(seed) | 1;
+    let mut next = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let mut out = BufWriter::with_capacity(1 << 20, File::create(path).context("bulk file")?);
+    let mut line = [b'\n'; LINE + 1];
+    let mut left = FILE_BYTES as usize;
+    while left > 0 {
+        for chunk in line[..LINE].chunks_mut(10) {
+            let mut bits = next();
+            for byte in chunk {
+                *byte = ALPHABET[(bits & 63) as usize];
+                bits >>= 6;
+            }
+        }
+        let n = left.min(LINE + 1);
+        // The last line is cut short and still ends with a line feed.
+        if n < LINE + 1 {
+            line[n - 1] = b'\n';
+        }
+        out.write_all(&line[..n]).context("bulk file")?;
+        left -= n;
+    }
+    out.flush().context("bulk file")?;
+    drop(out);
+    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).context("chmod bulk file")?;
+    Ok(())
+}
+
+/// Receives the next thing from the device stream within `limit`.
+async fn recv_within(device: &mut DeviceSession, limit: Duration) -> anyhow::Result<Received> {
+    tokio::time::timeout(limit, device.recv())
+        .await
+        .map_err(|_| anyhow!("nothing from the shell within {limit:?}"))
+}
+
+/// Types `command` and a line feed; waits until the output contains `marker`.
+async fn shell_command(
+    device: &mut DeviceSession,
+    command: &str,
+    marker: &str,
+) -> anyhow::Result<()> {
+    device.output.clear();
+    device.type_text(&format!("{command}\n")).await;
+    let deadline = Instant::now() + SHELL_LIMIT;
+    while !String::from_utf8_lossy(&device.output).contains(marker) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match recv_within(device, left)
+            .await
+            .with_context(|| format!("waiting for {marker:?} after {command:?}"))?
+        {
+            Received::Data(_) => {}
+            other => bail!("{command:?}: expected {marker:?}, got {other:?}"),
+        }
+    }
+    Ok(())
+}
+
+/// Reads until the shell was quiet for `quiet` (bounded by [`SHELL_LIMIT`]).
+async fn drain_quiet(device: &mut DeviceSession, quiet: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + SHELL_LIMIT;
+    loop {
+        match tokio::time::timeout(quiet, device.recv()).await {
+            Err(_) => {
+                device.output.clear();
+                return Ok(());
+            }
+            Ok(Received::Data(_)) => {}
+            Ok(other) => bail!("while waiting for a quiet shell: {other:?}"),
+        }
+        if Instant::now() > deadline {
+            bail!("the shell did not go quiet within {SHELL_LIMIT:?}");
+        }
+    }
+}
+
+/// One bulk run through bothy: the seconds from the first output byte after
+/// `cat FILE; echo EN""D-MARK` to the sentinel.
+async fn bothy_cat(device: &mut DeviceSession, file: &Path) -> anyhow::Result<f64> {
+    device.output.clear();
+    device
+        .type_text(&format!("cat {}; echo EN\"\"D-MARK\n", file.display()))
+        .await;
+    let deadline = Instant::now() + BULK_LIMIT;
+    let mut first = None;
+    let mut received: u64 = 0;
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let bytes = match recv_within(device, left).await.with_context(|| {
+            format!("bulk run through bothy: no sentinel after {received} bytes")
+        })? {
+            Received::Data(bytes) => bytes,
+            other => bail!("bulk run through bothy: {other:?} after {received} bytes"),
+        };
+        let now = Instant::now();
+        // The harness keeps all output; the run needs only the last bytes.
+        device.output.clear();
+        let start = *first.get_or_insert(now);
+        received += bytes.len() as u64;
+        // `-` is never in the file: search for the sentinel only around one.
+        if bytes.contains(&b'-') || tail.contains(&b'-') {
+            tail.extend_from_slice(&bytes);
+            if tail.windows(SENTINEL.len()).any(|w| w == SENTINEL) {
+                if received < FILE_BYTES {
+                    bail!("bulk run through bothy: the sentinel after only {received} bytes");
+                }
+                return Ok((now - start).as_secs_f64());
+            }
+        } else {
+            tail.clear();
+            tail.extend_from_slice(&bytes);
+        }
+        let keep = tail.len().saturating_sub(SENTINEL.len() - 1);
+        tail.drain(..keep);
+    }
+}
+
+/// Keystroke echo through bothy: `stty raw -echo; cat` in the shell, then one
+/// byte per data frame, timed until it is back; (p50, p99).
+async fn bothy_echo(device: &mut DeviceSession) -> anyhow::Result<(Duration, Duration)> {
+    device.type_text("stty raw -echo; cat\n").await;
+    drain_quiet(device, Duration::from_millis(500)).await?;
+    // `cat` runs once a probe byte comes back.
+    let deadline = Instant::now() + SHELL_LIMIT;
+    loop {
+        device.send(Frame::Data(b"Z")).await;
+        match tokio::time::timeout(Duration::from_millis(200), device.recv()).await {
+            Ok(Received::Data(bytes)) if bytes.contains(&b'Z') => break,
+            Ok(Received::Data(_)) | Err(_) => {}
+            Ok(other) => bail!("echo probe: {other:?}"),
+        }
+        if Instant::now() > deadline {
+            bail!("`stty raw -echo; cat` never echoed a probe byte");
+        }
+    }
+    drain_quiet(device, Duration::from_millis(300)).await?;
+    let mut samples = Vec::with_capacity(ECHO_SAMPLES);
+    for i in 0..ECHO_WARM_UP + ECHO_SAMPLES {
+        let byte = b'a' + (i % 26) as u8;
+        let sent = Instant::now();
+        device.send(Frame::Data(&[byte])).await;
+        loop {
+            match recv_within(device, ECHO_LIMIT)
+                .await
+                .with_context(|| format!("echo sample {i} through bothy"))?
+            {
+                Received::Data(bytes) if bytes.last() == Some(&byte) => break,
+                Received::Data(_) => {}
+                other => bail!("echo sample {i} through bothy: {other:?}"),
+            }
+        }
+        if i >= ECHO_WARM_UP {
+            samples.push(sent.elapsed());
+        }
+        device.output.clear();
+    }
+    samples.sort();
+    Ok((quantile(&samples, 0.50), quantile(&samples, 0.99)))
+}
+
+/// Keystroke echo on a PTY of this process: `cat` on the slave in raw mode
+/// without echo (what `stty raw -echo` sets), one byte written to the master
+/// and read back; (p50, p99).
+fn direct_pty_echo() -> anyhow::Result<(Duration, Duration)> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use nix::sys::termios::{SetArg, cfmakeraw, tcgetattr, tcsetattr};
+
+    let pty = nix::pty::openpty(None, None).context("openpty")?;
+    let mut termios = tcgetattr(&pty.slave).context("tcgetattr")?;
+    cfmakeraw(&mut termios);
+    tcsetattr(&pty.slave, SetArg::TCSANOW, &termios).context("tcsetattr")?;
+    let child = Command::new("cat")
+        .stdin(Stdio::from(pty.slave.try_clone().context("dup")?))
+        .stdout(Stdio::from(pty.slave.try_clone().context("dup")?))
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cat on the PTY")?;
+    let mut cat = KillOnDrop(child);
+    drop(pty.slave);
+    let mut master = File::from(pty.master);
+    let limit = PollTimeout::try_from(ECHO_LIMIT).map_err(|e| anyhow!("poll timeout: {e}"))?;
+    let mut samples = Vec::with_capacity(ECHO_SAMPLES);
+    let mut buffer = [0u8; 64];
+    for i in 0..ECHO_WARM_UP + ECHO_SAMPLES {
+        let byte = b'a' + (i % 26) as u8;
+        let sent = Instant::now();
+        master.write_all(&[byte]).context("write to the PTY")?;
+        loop {
+            let mut fds = [PollFd::new(master.as_fd(), PollFlags::POLLIN)];
+            if poll(&mut fds, limit).context("poll")? == 0 {
+                bail!("echo sample {i} on the direct PTY: nothing within {ECHO_LIMIT:?}");
+            }
+            let n = master.read(&mut buffer).context("read from the PTY")?;
+            if n == 0 {
+                bail!("echo sample {i} on the direct PTY: end of file");
+            }
+            if buffer[n - 1] == byte {
+                break;
+            }
+        }
+        if i >= ECHO_WARM_UP {
+            samples.push(sent.elapsed());
+        }
+    }
+    drop(master);
+    let _ = cat.0.kill();
+    let _ = cat.0.wait();
+    samples.sort();
+    Ok((quantile(&samples, 0.50), quantile(&samples, 0.99)))
+}
+
+/// One opening timed from the open request (after the step-up) to the first
+/// data frame of the shell; the session is closed afterwards.
+///
+/// The harness's `Scenario::open_as` takes the step-up inside, so this walks
+/// the same public steps itself with a clock between step-up and request.
+async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<Duration> {
+    let server = &scenario.server;
+    let person = &scenario.owner;
+    let step_up_id = hosts_common::step_up(server, person).await;
+    let ephemeral = EphemeralKey::generate().map_err(|e| anyhow!("ephemeral key: {e}"))?;
+    let cek = ephemeral_key_hash(&ephemeral.public());
+    let started = Instant::now();
+    let reply = identity_common::post(
+        server,
+        &format!("/api/v1/hosts/{}/terminal/sessions", scenario.host_id),
+        Some(person.token()),
+        json!({
+            "profile": "shell",
+            "columns": 100,
+            "rows": 30,
+            "client_ephemeral_key_hash": b64::encode(&cek),
+            "step_up_id": step_up_id,
+        }),
+    )
+    .await;
+    if reply.status != 201 {
+        bail!("open: {} {}", reply.status, reply.body);
+    }
+    let field = |name: &str| {
+        reply.body[name]
+            .as_str()
+            .ok_or_else(|| anyhow!("open reply without {name}"))
+    };
+    let session_id = Uuid::parse_str(field("session_id")?).context("session_id")?;
+    let token = field("token")?.to_owned();
+    let noise_key: [u8; 32] =
+        b64::decode_array(field("noise_public_key")?).map_err(|e| anyhow!("noise key: {e:?}"))?;
+    let mut initiator =
+        Initiator::with_ephemeral(session_id, scenario.host_uuid(), &noise_key, ephemeral)
+            .map_err(|e| anyhow!("initiator: {e}"))?;
+    let mut ws = terminal_common::device::login(server, session_id, person.token()).await;
+    let message1 = initiator
+        .write_message1(token.as_bytes())
+        .map_err(|e| anyhow!("message 1: {e}"))?;
+    ws.send(Message::binary(message1))
+        .await
+        .context("message 1")?;
+    let message2 = terminal_common::host_data::next_binary(&mut ws).await;
+    let (_, mut transport) = initiator
+        .read_message2(&message2)
+        .map_err(|e| anyhow!("message 2: {e}"))?;
+    let size = bothy_proto::frame::TerminalSize::new(100, 30).context("size")?;
+    send_frame(&mut ws, &mut transport, Frame::Start(size)).await?;
+    // The first message after `start` carries the shell's first output.
+    let first = terminal_common::host_data::next_binary(&mut ws).await;
+    let plain = transport
+        .read_message(&first)
+        .map_err(|e| anyhow!("decrypt: {e}"))?;
+    let elapsed = started.elapsed();
+    match Frame::decode(&plain, Direction::HostToDevice) {
+        Ok(Frame::Data(_)) => {}
+        other => bail!("the first frame after start: {other:?}"),
+    }
+    send_frame(&mut ws, &mut transport, Frame::Close).await?;
+    drop(ws);
+    tokio::time::timeout(SHELL_LIMIT, scenario.closed(session_id))
+        .await
+        .map_err(|_| anyhow!("the timed session did not close within {SHELL_LIMIT:?}"))?;
+    Ok(elapsed)
+}
+
+/// The line feeds of the bulk file.
+fn lines() -> u64 {
+    FILE_BYTES.div_ceil(LINE as u64 + 1)
+}
+
+/// Reads with `read` on a thread of its own until the end (0 bytes, or EIO of
+/// a PTY whose other side closed); the instants of the first byte and of the
+/// end, and the bytes read. Bounded by [`BULK_LIMIT`].
+fn read_to_end_within(
+    mut read: impl FnMut(&mut [u8]) -> std::io::Result<usize> + Send + 'static,
+) -> anyhow::Result<(Instant, Instant, u64)> {
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buffer = vec![0u8; 1 << 20];
+        let mut first = None;
+        let mut received: u64 = 0;
+        let outcome = loop {
+            match read(&mut buffer) {
+                Ok(0) => break Ok((first, Instant::now(), received)),
+                Err(error) if error.raw_os_error() == Some(nix::libc::EIO) => {
+                    break Ok((first, Instant::now(), received));
+                }
+                Ok(n) => {
+                    first.get_or_insert_with(Instant::now);
+                    received += n as u64;
+                }
+                Err(error) => break Err(error),
+            }
+        };
+        let _ = done.send(outcome);
+    });
+    let (first, end, received) = result
+        .recv_timeout(BULK_LIMIT)
+        .map_err(|_| anyhow!("not finished within {BULK_LIMIT:?}"))?
+        .context("reading the output")?;
+    let first = first.context("no output")?;
+    Ok((first, end, received))
+}
+
+/// One bulk run on a PTY of this process: `cat FILE` with the PTY as its
+/// output and the PTY's default settings (as the shell's, `opost onlcr`), the
+/// master read directly; the seconds from the first byte to the end.
+fn direct_pty_cat(file: &Path) -> anyhow::Result<f64> {
+    let pty = nix::pty::openpty(None, None).context("openpty")?;
+    let child = Command::new("cat")
+        .arg(file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(pty.slave))
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cat on the PTY")?;
+    let mut cat = KillOnDrop(child);
+    let mut master = File::from(pty.master);
+    let (first, end, received) =
+        read_to_end_within(move |buffer| master.read(buffer)).context("cat on a direct PTY")?;
+    let status = cat.0.wait().context("wait for cat")?;
+    if !status.success() || received != FILE_BYTES + lines() {
+        bail!("cat on a direct PTY: {status}, {received} bytes");
+    }
+    Ok((end - first).as_secs_f64())
+}
+
+/// Encrypts and sends one frame of the device.
+async fn send_frame(
+    ws: &mut support::ws::Ws,
+    transport: &mut Transport,
+    frame: Frame<'_>,
+) -> anyhow::Result<()> {
+    let plain = frame
+        .to_vec(Direction::DeviceToHost)
+        .map_err(|e| anyhow!("frame: {e}"))?;
+    let message = transport
+        .write_message(&plain)
+        .map_err(|e| anyhow!("encrypt: {e}"))?;
+    ws.send(Message::binary(message)).await.context("send")
+}
+
+/// A child process killed when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `command` with its output in `log`, killed after `limit`.
+fn run_bounded(mut command: Command, log: &Path, limit: Duration) -> anyhow::Result<()> {
+    let out = File::create(log).context("log file")?;
+    let child = command
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().context("log file")?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("{command:?} does not start"))?;
+    let mut child = KillOnDrop(child);
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.0.try_wait().context("wait")? {
+            if status.success() {
+                return Ok(());
+            }
+            let text = fs::read_to_string(log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(3).collect();
+            bail!(
+                "{:?} failed ({status}): {}",
+                command.get_program(),
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "{:?} did not finish within {limit:?}",
+                command.get_program()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `sshd` of this run: its own configuration, host key and port, the session
+/// user's login with a key of this run only (D-181).
+struct Sshd {
+    /// Killed with this value.
+    _process: KillOnDrop,
+    port: u16,
+    key: PathBuf,
+    user: String,
+    dir: PathBuf,
+}
+
+impl Sshd {
+    fn start(scenario: &Scenario) -> anyhow::Result<Sshd> {
+        let dir = scenario.dir.path.join("ssh");
+        fs::create_dir(&dir).context("ssh folder")?;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).context("chmod")?;
+        let sshd = Path::new("/usr/sbin/sshd");
+        if !sshd.exists() {
+            eprintln!("host bench: installing openssh-server");
+            let install = || {
+                let mut apt = Command::new("apt-get");
+                apt.args(["install", "-y", "--no-install-recommends", "openssh-server"])
+                    .env("DEBIAN_FRONTEND", "noninteractive");
+                run_bounded(apt, &dir.join("apt-install.log"), APT_LIMIT)
+            };
+            if install().is_err() {
+                let mut update = Command::new("apt-get");
+                update.arg("update");
+                run_bounded(update, &dir.join("apt-update.log"), APT_LIMIT)
+                    .context("apt-get update")?;
+                install().context("apt-get install openssh-server")?;
+            }
+        }
+        // The privilege separation folder sshd insists on.
+        fs::create_dir_all("/run/sshd").context("/run/sshd")?;
+        let keygen = |path: &Path| {
+            let _ = fs::remove_file(path);
+            let mut command = Command::new("ssh-keygen");
+            command
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(path);
+            run_bounded(command, &dir.join("keygen.log"), SHELL_LIMIT)
+        };
+        let host_key = dir.join("host_ed25519");
+        let key = dir.join("client_ed25519");
+        keygen(&host_key).context("host key")?;
+        keygen(&key).context("client key")?;
+        let authorized = dir.join("authorized_keys");
+        fs::copy(dir.join("client_ed25519.pub"), &authorized).context("authorized_keys")?;
+        fs::set_permissions(&authorized, fs::Permissions::from_mode(0o644)).context("chmod")?;
+        let user = scenario.users[0].name.clone();
+        // useradd leaves the password locked (`!`), which sshd without PAM
+        // refuses even for a key; `*` is "no password" and not locked.
+        let mut usermod = Command::new("usermod");
+        usermod.args(["-p", "*", &user]);
+        run_bounded(usermod, &dir.join("usermod.log"), SHELL_LIMIT).context("usermod")?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .context("a free port")?
+            .port();
+        let config = dir.join("sshd_config");
+        fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nPidFile none\n\
+                 AuthorizedKeysFile {}\nAllowUsers {user}\nPubkeyAuthentication yes\n\
+                 PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\n\
+                 Ciphers {SSH_CIPHER}\nPrintMotd no\nPrintLastLog no\nLogLevel ERROR\n",
+                host_key.display(),
+                authorized.display(),
+            ),
+        )
+        .context("sshd_config")?;
+        let mut check = Command::new(sshd);
+        check.arg("-t").arg("-f").arg(&config);
+        run_bounded(check, &dir.join("sshd-check.log"), SHELL_LIMIT).context("sshd -t")?;
+        let log = File::create(dir.join("sshd.log")).context("sshd log")?;
+        let child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().context("sshd log")?)
+            .stderr(log)
+            .spawn()
+            .context("sshd does not start")?;
+        let mut child = KillOnDrop(child);
+        let deadline = Instant::now() + SHELL_LIMIT;
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Some(status) = child.0.try_wait().context("wait")? {
+                bail!(
+                    "sshd exited ({status}): {}",
+                    fs::read_to_string(dir.join("sshd.log")).unwrap_or_default()
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("sshd did not listen within {SHELL_LIMIT:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Sshd {
+            _process: child,
+            port,
+            key,
+            user,
+            dir,
+        })
+    }
+
+    /// One bulk run: `ssh -T ... cat FILE` (with `tty`: `ssh -tt`, a PTY on
+    /// the server's side as bothy has), the seconds from the first byte on its
+    /// standard output to its end.
+    fn cat(&self, file: &Path, tty: bool) -> anyhow::Result<f64> {
+        let errors = File::create(self.dir.join("ssh.log")).context("ssh log")?;
+        let child = Command::new("ssh")
+            .args(["-F", "/dev/null", if tty { "-tt" } else { "-T" }])
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", SSH_CIPHER, "-i"])
+            .arg(&self.key)
+            .args([
+                "-o",
+                "StrictHostKeyChecking=no",
+                "-o",
+                "UserKnownHostsFile=/dev/null",
+                "-o",
+                "BatchMode=yes",
+                "-o",
+                "IdentitiesOnly=yes",
+                "-o",
+                "AddressFamily=inet",
+                "-o",
+                "ConnectTimeout=10",
+                "-o",
+                "LogLevel=ERROR",
+            ])
+            .arg(format!("{}@localhost", self.user))
+            .arg("cat")
+            .arg(file)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(errors)
+            .spawn()
+            .context("ssh does not start")?;
+        let mut child = KillOnDrop(child);
+        let mut stdout = child.0.stdout.take().context("ssh stdout")?;
+        let (first, end, received) =
+            read_to_end_within(move |buffer| stdout.read(buffer)).context("ssh cat")?;
+        let status = child.0.wait().context("wait for ssh")?;
+        // Through a PTY every line feed arrives as CR LF.
+        let expected = if tty {
+            FILE_BYTES + lines()
+        } else {
+            FILE_BYTES
+        };
+        if !status.success() || received != expected {
+            bail!(
+                "ssh cat: {status}, {received} bytes: {}",
+                fs::read_to_string(self.dir.join("ssh.log"))
+                    .unwrap_or_default()
+                    .trim()
+            );
+        }
+        Ok((end - first).as_secs_f64())
+    }
+}

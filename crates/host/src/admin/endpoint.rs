@@ -1,0 +1,176 @@
+//! The admin endpoint `admin.sock` in the state directory (D-M2-42-4; 2.2
+//! "Output on the host"): `bothy-host doctor`, run by root while the service
+//! runs, asks the service over it to do the full run; the service prints
+//! nothing itself, it answers the lines of the local output, and when the run
+//! refuses the start (except HD6, HD10 and HD11, which have their own
+//! consequence during operation) it reports the result and exits like a
+//! refused start, ending its sessions as every restart does.
+//!
+//! The socket belongs to the service user with mode 0600; the service admits
+//! only root as the peer (SO_PEERCRED), checked before it reads a byte.
+//! Messages are one line of strict JSON each way:
+//! `{"op":"doctor"}` → `{"lines":[...],"failed":bool,"exits":bool}`.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream as StdUnixStream;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bothy_proto::json::{self, Object};
+use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use serde_json::json;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader as AsyncBufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+use crate::service::Host;
+use crate::state::ADMIN_SOCKET;
+
+/// Largest line read on the endpoint.
+const MAX_LINE: usize = 1 << 20;
+
+/// How long the client waits for the full run (the entry scan is bounded by
+/// `host_service.entry_scan_timeout`, so this is a safety net only).
+const CLIENT_WAIT: Duration = Duration::from_secs(3600);
+
+/// The answer of the service to a doctor request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DoctorAnswer {
+    /// The lines of the local output (names as the rule for names allows).
+    pub lines: Vec<String>,
+    /// Whether a check failed (the command's exit code is then not 0).
+    pub failed: bool,
+    /// Whether the service exits like a refused start after this run.
+    pub exits: bool,
+}
+
+impl DoctorAnswer {
+    fn to_json(&self) -> String {
+        json!({"lines": self.lines, "failed": self.failed, "exits": self.exits}).to_string()
+    }
+
+    fn decode(bytes: &[u8]) -> Option<DoctorAnswer> {
+        let value = json::parse(bytes, MAX_LINE).ok()?;
+        let object = Object::root(&value, &["lines", "failed", "exits"]).ok()?;
+        let lines = object
+            .array("lines")
+            .ok()?
+            .iter()
+            .map(|line| line.as_str().map(str::to_owned).ok())
+            .collect::<Option<Vec<String>>>()?;
+        Some(DoctorAnswer {
+            lines,
+            failed: object.bool("failed").ok()?,
+            exits: object.bool("exits").ok()?,
+        })
+    }
+}
+
+/// Whether `bytes` is exactly the request `{"op":"doctor"}`.
+fn is_doctor_request(bytes: &[u8]) -> bool {
+    let Ok(value) = json::parse(bytes, MAX_LINE) else {
+        return false;
+    };
+    Object::root(&value, &["op"])
+        .and_then(|o| o.str("op").map(|op| op == "doctor"))
+        .unwrap_or(false)
+}
+
+/// Listens on `admin.sock` until the service stops.
+pub async fn serve(host: Arc<Host>) {
+    let path = host.state.file(ADMIN_SOCKET);
+    let _ = std::fs::remove_file(&path);
+    let listener = match UnixListener::bind(&path) {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(%error, code = "admin_endpoint_unavailable", "bothy-host doctor cannot reach the running service");
+            return;
+        }
+    };
+    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let root = getsockopt(&stream, PeerCredentials).is_ok_and(|c| c.uid() == 0);
+        if !root {
+            tracing::warn!(
+                code = "admin_peer_refused",
+                "a connection to admin.sock that is not root was closed"
+            );
+            continue;
+        }
+        let host = Arc::clone(&host);
+        tokio::spawn(async move { answer(host, stream).await });
+    }
+}
+
+async fn answer(host: Arc<Host>, stream: UnixStream) {
+    let (read, mut write) = stream.into_split();
+    let mut reader = AsyncBufReader::new(read).take(MAX_LINE as u64);
+    let mut line = Vec::new();
+    if reader.read_until(b'\n', &mut line).await.is_err() || !is_doctor_request(line.trim_ascii()) {
+        let _ = write.write_all(b"{\"error\":\"invalid_request\"}\n").await;
+        return;
+    }
+    let answer = host.doctor_on_request().await;
+    let mut text = answer.to_json();
+    text.push('\n');
+    let _ = write.write_all(text.as_bytes()).await;
+    let _ = write.shutdown().await;
+    if answer.exits {
+        host.stop_refused();
+    }
+}
+
+/// The client side for `bothy-host doctor`: `None` when no service answers on
+/// the endpoint (the command then checks by itself).
+pub fn ask_doctor(state_dir: &Path) -> Option<DoctorAnswer> {
+    let path = state_dir.join(ADMIN_SOCKET);
+    let mut stream = StdUnixStream::connect(&path).ok()?;
+    let _ = stream.set_read_timeout(Some(CLIENT_WAIT));
+    stream.write_all(b"{\"op\":\"doctor\"}\n").ok()?;
+    let mut line = Vec::new();
+    BufReader::new(std::io::Read::take(stream, MAX_LINE as u64))
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    DoctorAnswer::decode(line.trim_ascii())
+}
+
+/// Prints an answer as `bothy-host doctor` does and returns its exit code.
+pub fn print_answer(answer: &DoctorAnswer) -> i32 {
+    for line in &answer.lines {
+        println!("{line}");
+    }
+    if answer.exits {
+        println!(
+            "The running host service refuses to run with this result: it reported it and stopped."
+        );
+    }
+    i32::from(answer.failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip_and_refuse_anything_else() {
+        let answer = DoctorAnswer {
+            lines: vec!["hd1_user: ok".into()],
+            failed: true,
+            exits: false,
+        };
+        assert_eq!(
+            DoctorAnswer::decode(answer.to_json().as_bytes()),
+            Some(answer)
+        );
+        assert!(DoctorAnswer::decode(b"{\"lines\":[],\"failed\":true}").is_none());
+        assert!(DoctorAnswer::decode(b"{\"lines\":[1],\"failed\":true,\"exits\":false}").is_none());
+        assert!(is_doctor_request(b"{\"op\":\"doctor\"}"));
+        assert!(!is_doctor_request(b"{\"op\":\"doctor\",\"x\":1}"));
+        assert!(!is_doctor_request(b"{\"op\":\"restart\"}"));
+        assert!(!is_doctor_request(b"doctor"));
+    }
+}

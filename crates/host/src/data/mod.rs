@@ -1,0 +1,687 @@
+//! One data connection per `session.open` (6.1 steps 4–7, 6.2, M2-45): the host
+//! service dials `/api/v1/hosts/sessions/{id}/stream`, reads `hello` (the
+//! server values it applies to this session), proves itself with the login key,
+//! then speaks binary frames, each one Noise message: message 1 runs the check
+//! order ([`checks`]), message 2 carries `{"v":1,"host_version","profile"}`, the
+//! first transport message must be `start` (awaited until `expires_at`), then
+//! the gate, the local confirmation, the PTY (open) or the replay (attach), and
+//! the frames of 5.4 both ways.
+//!
+//! The host service never redials a data connection on its own. A close of the
+//! server with 4100 ends the PTY without `session.ended`; every other close or a
+//! loss leaves a live PTY detached. A refusal closes with 4101/4104 and the
+//! `close_detail` as close text; a newer `session.open` of the same session
+//! replaces this connection (1000).
+
+pub mod checks;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bothy_noise::{Responder, Transport};
+use bothy_proto::codes::{CloseCode, CloseDetail, CloseReason};
+use bothy_proto::control::{Identify, SessionOpen};
+use bothy_proto::data::{self, Hello, ServerValues};
+use bothy_proto::frame::{Direction, Frame, MAX_DATA_LEN, TerminalSize};
+use bothy_proto::jws::{Att, HostAuthClaims};
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsCloseCode;
+use uuid::Uuid;
+
+use self::checks::{Accepted, CheckContext, check_message1, write_message2};
+use crate::net::ServerSocket;
+use crate::service::Host;
+use crate::sessions::core::{self, CoreSettings};
+use crate::sessions::{CoreCmd, OutFrame, PtyHandle};
+
+/// Largest message read on a data connection: one Noise message, or the hello.
+const MAX_MESSAGE: usize = 1 << 20;
+
+/// How many frames may wait toward the device before the PTY is held back.
+const OUT_QUEUE: usize = 64;
+
+/// How long a data connection may wait for message 1 beyond `expires_at`
+/// before it gives up on its own (the server's open deadline closes it first).
+const MESSAGE1_GRACE: Duration = Duration::from_secs(60);
+
+type WsTx = SplitSink<ServerSocket, Message>;
+type WsRx = SplitStream<ServerSocket>;
+
+/// What the server's side of the connection did.
+#[derive(Debug)]
+enum Incoming {
+    Binary(Vec<u8>),
+    Text,
+    Closed(Option<u16>),
+    Replaced,
+    Deadline,
+}
+
+/// Runs the data connection of one `session.open`; `received` is when the
+/// `session.open` arrived (the opening window is `expires_at` minus that).
+pub async fn run(host: Arc<Host>, open: SessionOpen, received_ms: i64) {
+    let session_id = open.session_id;
+    let claim = host.sessions.claim_link(session_id);
+    let link_id = claim.id;
+    let link = Link {
+        host: Arc::clone(&host),
+        session_id,
+        link_id,
+        replaced: Some(claim.replaced),
+        expires_at_ms: i64::try_from(open.expires_at).unwrap_or(i64::MAX),
+        window: Duration::from_millis(
+            u64::try_from(i64::try_from(open.expires_at).unwrap_or(i64::MAX) - received_ms)
+                .unwrap_or(0),
+        ),
+    };
+    link.run().await;
+    host.sessions.release_link(session_id, link_id);
+}
+
+struct Link {
+    host: Arc<Host>,
+    session_id: Uuid,
+    link_id: u64,
+    /// Fires when a newer `session.open` replaces this connection.
+    replaced: Option<oneshot::Receiver<()>>,
+    expires_at_ms: i64,
+    window: Duration,
+}
+
+impl Link {
+    async fn run(mut self) {
+        let path = data::stream_path(&self.session_id);
+        let ws = match self
+            .host
+            .connector
+            .websocket(&self.host.server, &path, MAX_MESSAGE)
+            .await
+        {
+            Ok((ws, _)) => ws,
+            Err(error) => {
+                tracing::warn!(%error, "the data connection could not be opened");
+                return;
+            }
+        };
+        let (mut tx, mut rx) = ws.split();
+        // hello, then identify.
+        let hello = match self.read_hello(&mut rx).await {
+            Some(hello) => hello,
+            None => {
+                close(&mut tx, CloseCode::InvalidMessage.as_u16(), "hello").await;
+                return;
+            }
+        };
+        let values = match hello.server_values() {
+            Ok(values) => values,
+            Err(error) => {
+                tracing::warn!(%error, "the hello of a data connection lacks a usable value");
+                close(&mut tx, CloseCode::InvalidMessage.as_u16(), "hello").await;
+                return;
+            }
+        };
+        let proof = HostAuthClaims {
+            challenge: hello.challenge,
+            host_id: self.host.host_id,
+            iat: now_ms().div_euclid(1000),
+        }
+        .sign(&self.host.keys.auth);
+        let identify = data::HostMessage::Identify(Identify {
+            protocol_version: 1,
+            host_id: self.host.host_id,
+            proof,
+            host_version: crate::HOST_VERSION.to_owned(),
+            live_sessions: None,
+            session_id: Some(self.session_id),
+        });
+        if tx.send(Message::text(identify.to_json())).await.is_err() {
+            return;
+        }
+        // Message 1.
+        let message1_deadline = deadline_at(self.expires_at_ms) + MESSAGE1_GRACE;
+        let message1 = match self.next(&mut rx, message1_deadline).await {
+            Incoming::Binary(bytes) => bytes,
+            Incoming::Replaced => {
+                close(&mut tx, 1000, "replaced").await;
+                return;
+            }
+            Incoming::Closed(code) => {
+                self.server_closed(code);
+                return;
+            }
+            Incoming::Text => {
+                close(
+                    &mut tx,
+                    CloseCode::InvalidMessage.as_u16(),
+                    "binary frames only",
+                )
+                .await;
+                return;
+            }
+            Incoming::Deadline => {
+                close(&mut tx, 1000, "no message 1").await;
+                return;
+            }
+        };
+        // An attach for a session whose end was already reported: 1000, no report.
+        if self.host.sessions.is_ended(self.session_id) {
+            close(&mut tx, 1000, "ended").await;
+            return;
+        }
+        let mut accepted = match self.check(&hello, &message1) {
+            Ok(accepted) => accepted,
+            Err(detail) => {
+                let code = detail.handshake_close_code();
+                if code == CloseCode::TerminalHandshakeFailed
+                    && self.host.sessions.pty(self.session_id).is_some()
+                {
+                    // 4104 for a session with a live PTY ends it, without a report.
+                    self.host.sessions.kill(self.session_id);
+                }
+                tracing::info!(close_detail = detail.as_str(), "message 1 refused");
+                close(&mut tx, code.as_u16(), detail.as_str()).await;
+                return;
+            }
+        };
+        let (message2, transport) = match write_message2(&mut accepted) {
+            Ok(done) => done,
+            Err(detail) => {
+                close(
+                    &mut tx,
+                    detail.handshake_close_code().as_u16(),
+                    detail.as_str(),
+                )
+                .await;
+                return;
+            }
+        };
+        if tx.send(Message::binary(message2)).await.is_err() {
+            return;
+        }
+        let transport = Arc::new(Mutex::new(transport));
+        // The writer: frames toward the device, encrypted, in order.
+        let (out_tx, out_rx) = mpsc::channel::<OutFrame>(OUT_QUEUE);
+        let (close_tx, close_rx) = oneshot::channel::<(u16, &'static str)>();
+        let writer = tokio::spawn(writer(tx, Arc::clone(&transport), out_rx, close_rx));
+        let mut stream = Stream {
+            rx,
+            transport,
+            close: Some(close_tx),
+        };
+        match accepted.claims.att {
+            Att::Open => self.open(&mut stream, accepted, values, out_tx).await,
+            Att::Attach => self.attach(&mut stream, accepted, values, out_tx).await,
+        }
+        stream.close(1000, "done");
+        let _ = writer.await;
+    }
+
+    /// The hello of this connection (the only text the server sends).
+    async fn read_hello(&mut self, rx: &mut WsRx) -> Option<Hello> {
+        let deadline = deadline_at(self.expires_at_ms) + MESSAGE1_GRACE;
+        loop {
+            let next = tokio::time::timeout_at(deadline, rx.next()).await.ok()??;
+            match next.ok()? {
+                Message::Text(text) => {
+                    let data::ServerMessage::Hello(hello) =
+                        data::ServerMessage::decode(text.as_bytes(), MAX_MESSAGE).ok()?;
+                    return Some(hello);
+                }
+                Message::Ping(_) | Message::Pong(_) => {}
+                _ => return None,
+            }
+        }
+    }
+
+    /// The next frame of the server, the replacement of this connection, or the
+    /// deadline.
+    async fn next(&mut self, rx: &mut WsRx, deadline: Instant) -> Incoming {
+        loop {
+            let replaced = async {
+                match self.replaced.as_mut() {
+                    Some(replaced) => replaced.await.is_ok(),
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                fired = replaced => {
+                    self.replaced = None;
+                    if fired {
+                        return Incoming::Replaced;
+                    }
+                }
+                () = tokio::time::sleep_until(deadline) => return Incoming::Deadline,
+                next = rx.next() => match next {
+                    Some(Ok(Message::Binary(bytes))) => return Incoming::Binary(bytes.to_vec()),
+                    Some(Ok(Message::Text(_))) => return Incoming::Text,
+                    Some(Ok(Message::Close(frame))) => {
+                        return Incoming::Closed(frame.map(|f| u16::from(f.code)));
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) | None => return Incoming::Closed(None),
+                },
+            }
+        }
+    }
+
+    /// The server closed or the connection broke: 4100 ends a live PTY without
+    /// a report; anything else leaves it detached (6.2).
+    fn server_closed(&self, code: Option<u16>) {
+        if code == Some(CloseCode::TerminalClosed.as_u16()) {
+            self.host.sessions.kill(self.session_id);
+        }
+    }
+
+    fn check(&self, hello: &Hello, message1: &[u8]) -> Result<Accepted, CloseDetail> {
+        let responder = Responder::new(self.session_id, self.host.host_id, &self.host.keys.noise)
+            .map_err(|_| CloseDetail::HandshakeFailed)?;
+        let ctx = CheckContext {
+            host_id: self.host.host_id,
+            session_id: self.session_id,
+            jwks: &hello.jwks,
+            leeway_ms: u64::try_from(hello.clock_leeway_ms).unwrap_or(0),
+            now_ms: now_ms(),
+            is_server_host: self.host.is_server_host(),
+        };
+        let mut state = self.host.check_state();
+        check_message1(responder, message1, &ctx, &mut state)
+    }
+
+    /// The first transport message: `start` with the size, awaited until
+    /// `expires_at`. `Err(None)`: nothing came in time; `Err(Some(_))`: how
+    /// the server side ended; `Ok(Err(()))`: a fault of the stream.
+    async fn start(&mut self, stream: &mut Stream) -> StartOutcome {
+        let deadline = deadline_at(self.expires_at_ms);
+        match self.next(&mut stream.rx, deadline).await {
+            Incoming::Binary(bytes) => match stream.decrypt(&bytes) {
+                Some(plain) => match Frame::decode(&plain, Direction::DeviceToHost) {
+                    Ok(Frame::Start(size)) => StartOutcome::Start(size),
+                    _ => StartOutcome::Fault,
+                },
+                None => StartOutcome::Fault,
+            },
+            Incoming::Deadline => StartOutcome::Timeout,
+            Incoming::Replaced => StartOutcome::Replaced,
+            Incoming::Closed(code) => StartOutcome::Closed(code),
+            Incoming::Text => StartOutcome::Fault,
+        }
+    }
+
+    async fn open(
+        &mut self,
+        stream: &mut Stream,
+        accepted: Accepted,
+        values: ServerValues,
+        out: mpsc::Sender<OutFrame>,
+    ) {
+        let claims = accepted.claims;
+        let size = match self.start(stream).await {
+            StartOutcome::Start(size) => size,
+            StartOutcome::Timeout => {
+                // No PTY; the opening ends open_failed / open_timeout (6.1 step 7).
+                self.host
+                    .sessions
+                    .opening_failed(self.session_id, CloseDetail::OpenTimeout);
+                self.await_server_close(stream).await;
+                return;
+            }
+            StartOutcome::Fault => {
+                self.host
+                    .sessions
+                    .opening_failed(self.session_id, CloseDetail::HandshakeFailed);
+                self.await_server_close(stream).await;
+                return;
+            }
+            StartOutcome::Replaced => {
+                stream.close(1000, "replaced");
+                return;
+            }
+            StartOutcome::Closed(_) => return,
+        };
+        // The gate, the local confirmation, the PTY (6.1 step 7).
+        let started = async {
+            self.host.gate(&claims.osu).await?;
+            self.host.confirm_locally("open", &claims).await?;
+            self.host.start_pty(&claims, size).await
+        }
+        .await;
+        let pty = match started {
+            Ok(pty) => pty,
+            Err(detail) => {
+                tracing::info!(
+                    close_detail = detail.as_str(),
+                    "the opening failed on the host"
+                );
+                self.host.sessions.opening_failed(self.session_id, detail);
+                self.await_server_close(stream).await;
+                return;
+            }
+        };
+        let (cmd_tx, cmd_rx) = mpsc::channel(64);
+        let handle = PtyHandle {
+            owner: checks::LivePty {
+                sub: claims.sub,
+                osu: claims.osu.clone(),
+                prf: claims.prf.clone(),
+            },
+            cmd: cmd_tx.clone(),
+        };
+        if !self
+            .host
+            .sessions
+            .register_pty(self.session_id, self.link_id, handle)
+        {
+            // A newer session.open took over meanwhile: this PTY is dropped
+            // (its session connection closes, the helper ends the tree).
+            drop(pty);
+            stream.close(1000, "replaced");
+            return;
+        }
+        let settings = CoreSettings {
+            session_id: self.session_id,
+            scrollback_bytes: self.host.config.scrollback_bytes,
+            idle: values.idle_timeout,
+            detach: values.detach_grace,
+        };
+        tokio::spawn(core::run(
+            Arc::clone(&self.host.sessions),
+            settings,
+            pty,
+            cmd_rx,
+        ));
+        self.host.sessions.report_started(self.session_id);
+        if cmd_tx.send(CoreCmd::Live(self.link_id, out)).await.is_err() {
+            return;
+        }
+        self.pump(stream, &cmd_tx).await;
+    }
+
+    async fn attach(
+        &mut self,
+        stream: &mut Stream,
+        accepted: Accepted,
+        values: ServerValues,
+        out: mpsc::Sender<OutFrame>,
+    ) {
+        let claims = accepted.claims;
+        let Some(pty) = self.host.sessions.pty(self.session_id) else {
+            stream.close(1000, "ended");
+            return;
+        };
+        let cmd = pty.cmd;
+        let _ = cmd
+            .send(CoreCmd::Timers {
+                idle: values.idle_timeout,
+                detach: values.detach_grace,
+            })
+            .await;
+        let size = match self.start(stream).await {
+            StartOutcome::Start(size) => size,
+            StartOutcome::Fault => {
+                let _ = cmd
+                    .send(CoreCmd::End(
+                        CloseReason::OpenFailed,
+                        Some(CloseDetail::HandshakeFailed),
+                    ))
+                    .await;
+                self.await_server_close(stream).await;
+                return;
+            }
+            // No start: 1000, the session stays detached (6.2).
+            StartOutcome::Timeout | StartOutcome::Replaced => {
+                stream.close(1000, "no start");
+                return;
+            }
+            StartOutcome::Closed(code) => {
+                self.server_closed(code);
+                return;
+            }
+        };
+        // The buffer as it was when start arrived.
+        let (reply, answer) = oneshot::channel();
+        if cmd.send(CoreCmd::Snapshot(reply)).await.is_err() {
+            return;
+        }
+        let Ok(replay) = answer.await else {
+            return;
+        };
+        if let Err(detail) = self.host.confirm_locally("attach", &claims).await {
+            // A denied attach ends the session (6.4).
+            let _ = cmd
+                .send(CoreCmd::End(CloseReason::OpenFailed, Some(detail)))
+                .await;
+            self.await_server_close(stream).await;
+            return;
+        }
+        let _ = cmd.send(CoreCmd::SetSize(size)).await;
+        if !replay.is_empty() {
+            if out.send(OutFrame::ReplayBegin).await.is_err() {
+                return;
+            }
+            for chunk in replay.chunks(MAX_DATA_LEN) {
+                if out.send(OutFrame::Data(chunk.to_vec())).await.is_err() {
+                    return;
+                }
+            }
+            if out.send(OutFrame::ReplayEnd).await.is_err() {
+                return;
+            }
+        }
+        if cmd.send(CoreCmd::Live(self.link_id, out)).await.is_err() {
+            return;
+        }
+        self.pump(stream, &cmd).await;
+    }
+
+    /// Frames from the device until the connection ends.
+    async fn pump(&mut self, stream: &mut Stream, cmd: &mpsc::Sender<CoreCmd>) {
+        let link = self.link_id;
+        loop {
+            match self.next(&mut stream.rx, far_future()).await {
+                Incoming::Binary(bytes) => {
+                    let Some(plain) = stream.decrypt(&bytes) else {
+                        self.fault(stream, cmd).await;
+                        return;
+                    };
+                    let command = match Frame::decode(&plain, Direction::DeviceToHost) {
+                        Ok(Frame::Data(input)) => CoreCmd::Input(input.to_vec()),
+                        Ok(Frame::Resize(size)) => CoreCmd::Resize(size),
+                        Ok(Frame::Close) => {
+                            let _ = cmd
+                                .send(CoreCmd::End(CloseReason::ClientClosed, None))
+                                .await;
+                            self.await_server_close(stream).await;
+                            return;
+                        }
+                        // A second start, or any frame fault, ends the session.
+                        _ => {
+                            self.fault(stream, cmd).await;
+                            return;
+                        }
+                    };
+                    if cmd.send(command).await.is_err() {
+                        // The PTY ended; the server closes this connection.
+                        self.await_server_close(stream).await;
+                        return;
+                    }
+                }
+                Incoming::Text => {
+                    let _ = cmd.send(CoreCmd::Detached(link)).await;
+                    stream.close(CloseCode::InvalidMessage.as_u16(), "binary frames only");
+                    return;
+                }
+                Incoming::Replaced => {
+                    let _ = cmd.send(CoreCmd::Detached(link)).await;
+                    stream.close(1000, "replaced");
+                    return;
+                }
+                Incoming::Closed(code) => {
+                    if code == Some(CloseCode::TerminalClosed.as_u16()) {
+                        let _ = cmd.send(CoreCmd::Kill).await;
+                    } else {
+                        let _ = cmd.send(CoreCmd::Detached(link)).await;
+                    }
+                    return;
+                }
+                Incoming::Deadline => {}
+            }
+        }
+    }
+
+    /// A fault of the encrypted stream (5.4, D-M2-45-8): the tree ends, the
+    /// session ends open_failed / handshake_failed.
+    async fn fault(&mut self, stream: &mut Stream, cmd: &mpsc::Sender<CoreCmd>) {
+        tracing::info!(
+            close_detail = "handshake_failed",
+            "a fault of the encrypted stream"
+        );
+        let _ = cmd
+            .send(CoreCmd::End(
+                CloseReason::OpenFailed,
+                Some(CloseDetail::HandshakeFailed),
+            ))
+            .await;
+        self.await_server_close(stream).await;
+    }
+
+    /// After a `session.ended` the host keeps the connection open until the
+    /// server closes it, at most the length of the opening window; then 1000
+    /// (6.1 step 7).
+    async fn await_server_close(&mut self, stream: &mut Stream) {
+        let deadline = Instant::now() + self.window;
+        loop {
+            match self.next(&mut stream.rx, deadline).await {
+                Incoming::Binary(_) | Incoming::Text => {}
+                Incoming::Closed(code) => {
+                    self.server_closed(code);
+                    return;
+                }
+                Incoming::Replaced | Incoming::Deadline => {
+                    stream.close(1000, "ended");
+                    return;
+                }
+            }
+        }
+    }
+}
+
+enum StartOutcome {
+    Start(TerminalSize),
+    Fault,
+    Timeout,
+    Replaced,
+    Closed(Option<u16>),
+}
+
+/// The reading half of an established session stream.
+struct Stream {
+    rx: WsRx,
+    transport: Arc<Mutex<Transport>>,
+    close: Option<oneshot::Sender<(u16, &'static str)>>,
+}
+
+impl Stream {
+    fn decrypt(&self, message: &[u8]) -> Option<Vec<u8>> {
+        let mut transport = self.transport.lock().unwrap_or_else(|p| p.into_inner());
+        transport.read_message(message).ok()
+    }
+
+    /// Asks the writer to close with `code` (once; later calls do nothing).
+    fn close(&mut self, code: u16, reason: &'static str) {
+        if let Some(close) = self.close.take() {
+            let _ = close.send((code, reason));
+        }
+    }
+}
+
+/// Encrypts and sends the frames toward the device until the core and the link
+/// let go of the channel or a close is asked for.
+async fn writer(
+    mut tx: WsTx,
+    transport: Arc<Mutex<Transport>>,
+    mut frames: mpsc::Receiver<OutFrame>,
+    mut close_rx: oneshot::Receiver<(u16, &'static str)>,
+) {
+    loop {
+        tokio::select! {
+            biased;
+            asked = &mut close_rx => {
+                if let Ok((code, reason)) = asked {
+                    close(&mut tx, code, reason).await;
+                }
+                return;
+            }
+            frame = frames.recv() => {
+                let Some(frame) = frame else {
+                    // Everyone let go; wait for the close request of the link.
+                    if let Ok((code, reason)) = close_rx.await {
+                        close(&mut tx, code, reason).await;
+                    }
+                    return;
+                };
+                if send_frame(&mut tx, &transport, &frame).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+async fn send_frame(
+    tx: &mut WsTx,
+    transport: &Mutex<Transport>,
+    frame: &OutFrame,
+) -> Result<(), ()> {
+    let frames: Vec<Vec<u8>> = match frame {
+        OutFrame::Data(bytes) => bytes
+            .chunks(MAX_DATA_LEN)
+            .filter_map(|chunk| Frame::Data(chunk).to_vec(Direction::HostToDevice).ok())
+            .collect(),
+        OutFrame::Exit(code) => vec![encode(Frame::Exit(*code))],
+        OutFrame::ReplayBegin => vec![encode(Frame::ReplayBegin)],
+        OutFrame::ReplayEnd => vec![encode(Frame::ReplayEnd)],
+    };
+    for plain in frames {
+        let message = {
+            let mut transport = transport.lock().unwrap_or_else(|p| p.into_inner());
+            transport.write_message(&plain).map_err(|_| ())?
+        };
+        tx.send(Message::binary(message)).await.map_err(|_| ())?;
+    }
+    Ok(())
+}
+
+fn encode(frame: Frame<'_>) -> Vec<u8> {
+    frame.to_vec(Direction::HostToDevice).unwrap_or_default()
+}
+
+async fn close(tx: &mut WsTx, code: u16, reason: &str) {
+    let frame = CloseFrame {
+        code: WsCloseCode::from(code),
+        reason: reason.to_owned().into(),
+    };
+    let _ = tx.send(Message::Close(Some(frame))).await;
+    let _ = tx.flush().await;
+}
+
+/// Now in Unix milliseconds (the host's clock; 5.3 checks exp against it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// The tokio instant of a Unix millisecond time (past times are now).
+fn deadline_at(unix_ms: i64) -> Instant {
+    let remaining = u64::try_from(unix_ms.saturating_sub(now_ms())).unwrap_or(0);
+    Instant::now() + Duration::from_millis(remaining)
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(365 * 24 * 3600)
+}

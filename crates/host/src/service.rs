@@ -1,0 +1,625 @@
+//! `bothy-host run`: the host service (2.2), as the service user. It reads the
+//! configuration and the state directory once at start, runs the full doctor
+//! run, and either refuses the start (one report, exit 78) or keeps the
+//! control connection, opens a data connection per `session.open`, runs the
+//! gate before every PTY and the periodic light run every
+//! `host_service.credential_check_interval`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use bothy_proto::codes::CloseDetail;
+use bothy_proto::control::{LlmCredentials, Ready};
+use bothy_proto::frame::TerminalSize;
+use bothy_proto::jwk::Jwks;
+use bothy_proto::jws::TerminalSessionClaims;
+use bothy_proto::report::{ProfileKind, Report};
+use tokio::sync::{mpsc, watch};
+use uuid::Uuid;
+
+use crate::EXIT_REFUSED_START;
+use crate::channel::link::{Channel, ChannelError, PeerExpectation};
+use crate::channel::{FromHelper, PtyStart, StartFailure, StartProgram, ToHelper};
+use crate::config::{Config, HostServiceConfig};
+use crate::control::{self, ControlHandle};
+use crate::data::checks::{BindFailed, CheckState, LivePty};
+use crate::doctor::{Doctor, HelperFault, HelperPort, RunKind, Scope, ServiceContext};
+use crate::net::{Connector, ServerUrl};
+use crate::sessions::Sessions;
+use crate::sessions::core::PtyIo;
+use crate::state::{HostKeys, StateDir};
+
+/// Runs the service; returns the exit code.
+pub fn command(config_path: &Path) -> i32 {
+    let config = match Config::load(config_path) {
+        Ok(config) => config,
+        Err(error) => {
+            tracing::error!(
+                code = "config_invalid",
+                key = error.key().unwrap_or(""),
+                "{error}"
+            );
+            return EXIT_REFUSED_START;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            tracing::error!(%error, "cannot start the runtime");
+            return 1;
+        }
+    };
+    runtime.block_on(run(config.host_service, config_path.to_owned()))
+}
+
+/// What the doctor's last run offers, read without waiting by the check order.
+#[derive(Debug, Default, Clone)]
+struct Offer {
+    profiles: Vec<(String, ProfileKind)>,
+    workdirs: HashMap<String, Vec<std::path::PathBuf>>,
+    server_host_detected: bool,
+}
+
+/// Everything the tasks of the service share.
+pub struct Host {
+    /// The configuration read at start.
+    pub config: HostServiceConfig,
+    /// The state directory.
+    pub state: StateDir,
+    /// The host's keys.
+    pub keys: HostKeys,
+    /// This host's ID.
+    pub host_id: Uuid,
+    /// The server.
+    pub server: ServerUrl,
+    /// The TLS client.
+    pub connector: Connector,
+    /// The live sessions.
+    pub sessions: Arc<Sessions>,
+    /// The control connection's outbox.
+    pub control: Arc<ControlHandle>,
+    /// The keys of purpose terminal from the last hello or heartbeat_ack.
+    pub jwks: Mutex<Jwks>,
+    config_path: PathBuf,
+    doctor: tokio::sync::Mutex<Doctor>,
+    helpers: Helpers,
+    offer: Mutex<Offer>,
+    declaration: Mutex<Option<LlmCredentials>>,
+    control_peer: Mutex<Option<IpAddr>>,
+    /// Set when a run asked for through admin.sock refuses the start: the
+    /// service reports, closes and exits 78.
+    refused: std::sync::atomic::AtomicBool,
+    stop: watch::Sender<bool>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("host_id", &self.host_id)
+            .finish_non_exhaustive()
+    }
+}
+
+async fn run(config: HostServiceConfig, config_path: PathBuf) -> i32 {
+    let state = StateDir::new(&config.state_dir, None);
+    let (keys, pairing) = match (state.load_keys(), state.load_pairing()) {
+        (Ok(Some(keys)), Ok(Some(pairing))) => (keys, pairing),
+        (Err(error), _) | (_, Err(error)) => {
+            tracing::error!(%error, "the state directory cannot be read");
+            return EXIT_REFUSED_START;
+        }
+        _ => {
+            tracing::error!(
+                "this host is not paired: run bothy-host pair --server URL --code CODE"
+            );
+            return EXIT_REFUSED_START;
+        }
+    };
+    let server = match ServerUrl::parse(&pairing.server_url) {
+        Ok(server) => server,
+        Err(error) => {
+            tracing::error!(%error, "pairing.json names no usable server");
+            return EXIT_REFUSED_START;
+        }
+    };
+    let connector = match Connector::from_env() {
+        Ok(connector) => connector,
+        Err(error) => {
+            tracing::error!(%error, "no TLS client");
+            return EXIT_REFUSED_START;
+        }
+    };
+    let declaration = state.load_declaration().unwrap_or_else(|error| {
+        tracing::warn!(%error, "the stored declaration is unreadable; it counts as unknown");
+        None
+    });
+    let control = Arc::new(ControlHandle::default());
+    let sessions = Arc::new(Sessions::new(control.clone()));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let host = Arc::new(Host {
+        helpers: Helpers::new(&config),
+        config,
+        config_path,
+        state,
+        keys,
+        host_id: pairing.host_id,
+        server,
+        connector,
+        sessions,
+        control,
+        jwks: Mutex::new(Jwks::default()),
+        doctor: tokio::sync::Mutex::new(Doctor::new()),
+        offer: Mutex::new(Offer::default()),
+        declaration: Mutex::new(declaration),
+        control_peer: Mutex::new(None),
+        refused: std::sync::atomic::AtomicBool::new(false),
+        stop: stop_tx,
+    });
+    host.doctor_run(RunKind::Full, Scope::All).await;
+    if host.doctor.lock().await.refuses_start() {
+        for entry in host.doctor.lock().await.entries() {
+            if !entry.ok {
+                tracing::error!(
+                    check = entry.check.as_str(),
+                    code = entry.code.map_or("", |c| c.as_str()),
+                    "doctor: not passed"
+                );
+            }
+        }
+        tracing::error!(
+            "doctor refuses the start; the result is reported to the server, then the service exits"
+        );
+        let report = host.report().await;
+        control::report_refused_start(&host, report).await;
+        return EXIT_REFUSED_START;
+    }
+    tokio::spawn(signals(host.stop.clone()));
+    tokio::spawn(periodic_checks(Arc::clone(&host), stop_rx.clone()));
+    tokio::spawn(crate::admin::endpoint::serve(Arc::clone(&host)));
+    let code = control::run(Arc::clone(&host), stop_rx).await;
+    host.sessions.kill_all();
+    let _ = std::fs::remove_file(host.state.file(crate::state::ADMIN_SOCKET));
+    if host.is_refused() {
+        tracing::error!("doctor refuses the start; the result was reported, the service exits");
+        return EXIT_REFUSED_START;
+    }
+    code
+}
+
+/// SIGTERM and SIGINT stop the service.
+async fn signals(stop: watch::Sender<bool>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    let _ = stop.send(true);
+}
+
+/// The light run every `host_service.credential_check_interval` (7.4).
+async fn periodic_checks(host: Arc<Host>, mut stop: watch::Receiver<bool>) {
+    let every = host.config.credential_check_interval;
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        host.doctor_run(RunKind::Light, Scope::All).await;
+    }
+}
+
+impl Host {
+    /// The full run that `bothy-host doctor` asks for over admin.sock.
+    pub async fn doctor_on_request(&self) -> crate::admin::endpoint::DoctorAnswer {
+        self.doctor_run(RunKind::Full, Scope::All).await;
+        let doctor = self.doctor.lock().await;
+        crate::admin::endpoint::DoctorAnswer {
+            lines: doctor.local_output(),
+            failed: doctor.entries().iter().any(|e| !e.ok),
+            exits: doctor.refuses_running_service(),
+        }
+    }
+
+    /// The run of admin.sock refused the start: report, close, exit 78.
+    pub fn stop_refused(&self) {
+        self.refused
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.stop.send(true);
+    }
+
+    /// Whether the service stops as a refused start.
+    pub fn is_refused(&self) -> bool {
+        self.refused.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Runs the doctor; on a change sends report and applies what the running
+    /// sessions must suffer (7.4 "Gate in operation").
+    async fn doctor_run(&self, kind: RunKind, scope: Scope<'_>) {
+        let former = self.former_session_users();
+        let declaration = *self.declaration.lock().unwrap_or_else(|p| p.into_inner());
+        let server_url = self.server.https_base();
+        let control_peer = *self.control_peer.lock().unwrap_or_else(|p| p.into_inner());
+        let ctx = ServiceContext {
+            config: &self.config,
+            config_path: Some(&self.config_path),
+            declaration,
+            server_url: Some(&server_url),
+            control_peer,
+            former_session_users: former,
+        };
+        let mut doctor = self.doctor.lock().await;
+        let changed = doctor.run(&ctx, &self.helpers, kind, scope).await;
+        let enforcement = doctor.enforcement();
+        *self.offer.lock().unwrap_or_else(|p| p.into_inner()) = Offer {
+            profiles: doctor
+                .reported_profiles()
+                .into_iter()
+                .map(|p| (p.name, p.kind))
+                .collect(),
+            workdirs: doctor
+                .reported_session_users()
+                .into_iter()
+                .map(|u| {
+                    let paths = (0..u.workdirs.len())
+                        .filter_map(|i| doctor.workdir(&u.name, i))
+                        .collect();
+                    (u.name, paths)
+                })
+                .collect(),
+            server_host_detected: doctor.server_host_detected(),
+        };
+        drop(doctor);
+        if let Some(detail) = enforcement.end_all {
+            self.sessions.enforce(None, detail);
+        }
+        for (user, detail) in &enforcement.end_users {
+            self.sessions.enforce(Some(user), *detail);
+        }
+        if changed {
+            self.control.request_report();
+        }
+    }
+
+    fn former_session_users(&self) -> Vec<String> {
+        self.state
+            .load_bindings()
+            .map(|bindings| {
+                bindings
+                    .into_keys()
+                    .filter(|name| !self.config.session_users.contains(name))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The report of now (3.5).
+    pub async fn report(&self) -> Report {
+        let doctor = self.doctor.lock().await;
+        Report {
+            platform: "linux".to_owned(),
+            os_version: crate::pair::os_version(),
+            profiles: doctor.reported_profiles(),
+            session_users: doctor.reported_session_users(),
+            doctor: doctor.entries(),
+            is_server_host: self.is_server_host(),
+            require_local_confirm: self.config.require_local_confirm,
+        }
+    }
+
+    /// A `ready` (login, or a changed declaration): the declaration is stored,
+    /// and a change evaluates HD6 again and sends report (D-M2-42-15).
+    pub async fn apply_ready(&self, ready: &Ready) {
+        let changed = {
+            let mut declaration = self.declaration.lock().unwrap_or_else(|p| p.into_inner());
+            let changed = *declaration != Some(ready.llm_credentials);
+            *declaration = Some(ready.llm_credentials);
+            changed
+        };
+        if changed {
+            if let Err(error) = self.state.store_declaration(ready.llm_credentials) {
+                tracing::warn!(%error, "the declaration could not be stored");
+            }
+            self.doctor_run(RunKind::Light, Scope::All).await;
+            self.control.request_report();
+        }
+    }
+
+    /// The direct peer of the control connection (`None` through a proxy or
+    /// while disconnected).
+    pub fn set_control_peer(&self, peer: Option<IpAddr>) {
+        *self.control_peer.lock().unwrap_or_else(|p| p.into_inner()) = peer;
+    }
+
+    /// HD5, or the server of the control connection is this machine (2.3).
+    pub fn is_server_host(&self) -> bool {
+        let peer_local = self
+            .control_peer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(crate::net::is_own_address);
+        peer_local
+            || self
+                .offer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .server_host_detected
+    }
+
+    /// The state the check order reads and writes.
+    pub fn check_state(&self) -> HostCheckState<'_> {
+        HostCheckState {
+            host: self,
+            offer: self.offer.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        }
+    }
+
+    /// The gate before a PTY of `osu` (7.4): a light run of its helper plus
+    /// the service's checks, then the doctor's verdict.
+    pub async fn gate(&self, osu: &str) -> Result<(), CloseDetail> {
+        self.doctor_run(RunKind::Light, Scope::User(osu)).await;
+        self.doctor.lock().await.gate(osu)
+    }
+
+    /// The local confirmation (6.4) before a PTY start or the replay of an
+    /// attach. The confirmation agent comes with the doctor issue; until then
+    /// a host that requires it refuses (fail closed).
+    pub async fn confirm_locally(
+        &self,
+        _kind: &str,
+        _claims: &TerminalSessionClaims,
+    ) -> Result<(), CloseDetail> {
+        if self.config.require_local_confirm {
+            tracing::warn!(
+                code = "no_dialog_tool",
+                "no confirmation agent is available: the start is denied"
+            );
+            return Err(CloseDetail::LocalConfirmDenied);
+        }
+        Ok(())
+    }
+
+    /// Starts the PTY of a token in the helper of its `osu`.
+    pub async fn start_pty(
+        &self,
+        claims: &TerminalSessionClaims,
+        size: TerminalSize,
+    ) -> Result<PtyIo, CloseDetail> {
+        let program = self.program_of(claims)?;
+        let mut channel = self
+            .helpers
+            .session_channel(&claims.osu)
+            .await
+            .map_err(|fault| {
+                tracing::warn!(code = %fault, "the session channel to the helper failed its check");
+                if matches!(
+                    fault,
+                    HelperFault::PeerMismatch | HelperFault::PeerCheckUnavailable
+                ) {
+                    // A failed peer check of a session channel: no new session, all
+                    // running sessions end (7.4 "Gate in operation").
+                    self.sessions.enforce(None, CloseDetail::HelperUntrusted);
+                    CloseDetail::HelperUntrusted
+                } else {
+                    CloseDetail::PtyFailed
+                }
+            })?;
+        let start = ToHelper::Start(Box::new(PtyStart {
+            session_id: claims.sid,
+            size,
+            program,
+        }));
+        channel
+            .send(&start)
+            .await
+            .map_err(|_| CloseDetail::PtyFailed)?;
+        match channel.recv().await {
+            Ok(Some(FromHelper::Started)) => {}
+            Ok(Some(FromHelper::StartFailed(StartFailure::SharedLocation))) => {
+                return Err(CloseDetail::SharedLocation);
+            }
+            _ => return Err(CloseDetail::PtyFailed),
+        }
+        let (mut reader, mut writer) = channel.into_split();
+        let (from_tx, from_helper) = mpsc::channel::<FromHelper>(16);
+        let (to_helper, mut to_rx) = mpsc::channel::<ToHelper>(16);
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = reader.recv().await {
+                if from_tx.send(message).await.is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(message) = to_rx.recv().await {
+                if writer.send(&message).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(PtyIo {
+            from_helper,
+            to_helper,
+        })
+    }
+
+    /// The program of the token's profile (11.1).
+    fn program_of(&self, claims: &TerminalSessionClaims) -> Result<StartProgram, CloseDetail> {
+        let profile = self
+            .config
+            .profile(&claims.prf)
+            .ok_or(CloseDetail::ProfileUnknown)?;
+        match profile.kind {
+            ProfileKind::Shell => Ok(StartProgram::Shell),
+            ProfileKind::Command => {
+                let command = profile
+                    .command
+                    .as_ref()
+                    .ok_or(CloseDetail::ProfileUnknown)?;
+                Ok(StartProgram::Command {
+                    program: command.program.clone(),
+                    args: command.args.clone(),
+                })
+            }
+            ProfileKind::Claude => {
+                let index = claims.wdi.ok_or(CloseDetail::ProfileUnknown)? as usize;
+                let workdir = self
+                    .offer
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .workdirs
+                    .get(&claims.osu)
+                    .and_then(|list| list.get(index).cloned())
+                    .ok_or(CloseDetail::SharedLocation)?;
+                let declaration = *self.declaration.lock().unwrap_or_else(|p| p.into_inner());
+                match declaration {
+                    Some(LlmCredentials::Organization) => {
+                        let api_key = self
+                            .state
+                            .claude_api_key()
+                            .ok()
+                            .flatten()
+                            .ok_or(CloseDetail::PtyFailed)?;
+                        Ok(StartProgram::ClaudeOrganization { workdir, api_key })
+                    }
+                    Some(LlmCredentials::Personal) => Ok(StartProgram::ClaudePersonal { workdir }),
+                    _ => Err(CloseDetail::ProfileUnknown),
+                }
+            }
+        }
+    }
+}
+
+/// [`CheckState`] over the service (5.3 steps 6–12).
+#[derive(Debug)]
+pub struct HostCheckState<'a> {
+    host: &'a Host,
+    offer: Offer,
+}
+
+impl CheckState for HostCheckState<'_> {
+    fn remember_jti(&mut self, jti: Uuid, until_ms: i64) -> bool {
+        self.host
+            .sessions
+            .remember_jti(jti, until_ms, crate::data::now_ms())
+    }
+
+    fn live_pty(&self, session_id: Uuid) -> Option<LivePty> {
+        self.host.sessions.pty(session_id).map(|pty| pty.owner)
+    }
+
+    fn offered_profile(&self, name: &str) -> Option<ProfileKind> {
+        self.offer
+            .profiles
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, kind)| *kind)
+    }
+
+    fn is_session_user(&self, osu: &str) -> bool {
+        self.host.config.session_users.iter().any(|u| u == osu)
+    }
+
+    fn bind(&mut self, osu: &str, sub: Uuid) -> Result<bool, BindFailed> {
+        self.host.state.bind(osu, sub).map_err(|error| {
+            tracing::error!(%error, "bindings.json could not be written");
+            BindFailed
+        })
+    }
+
+    fn workdir_count(&self, osu: &str) -> usize {
+        self.offer.workdirs.get(osu).map_or(0, Vec::len)
+    }
+}
+
+/// The helpers' channels: one main connection per session user for the
+/// checks, and a new session connection per PTY, each checked against what the
+/// service manager reports (D-M2-42-11).
+#[derive(Debug)]
+pub struct Helpers {
+    config: HostServiceConfig,
+    /// One main connection per session user, each behind its own lock so a
+    /// long check of one helper (the entry scan) holds up no other.
+    main: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<Channel>>>>>,
+}
+
+impl Helpers {
+    fn new(config: &HostServiceConfig) -> Helpers {
+        Helpers {
+            config: config.clone(),
+            main: Mutex::new(HashMap::new()),
+        }
+    }
+
+    async fn connect(&self, user: &str) -> Result<Channel, HelperFault> {
+        let account = nix::unistd::User::from_name(user)
+            .ok()
+            .flatten()
+            .ok_or(HelperFault::Unreachable)?;
+        let main_pid = crate::manager::helper_main_pid(&self.config, user)
+            .map_err(|_| HelperFault::Unreachable)?;
+        let expected = PeerExpectation {
+            uid: account.uid.as_raw(),
+            main_pid,
+        };
+        Channel::connect(&self.config.helper_endpoint(user), expected)
+            .await
+            .map_err(HelperFault::from)
+    }
+
+    /// A new, checked session connection to the helper of `user`.
+    async fn session_channel(&self, user: &str) -> Result<Channel, HelperFault> {
+        self.connect(user).await
+    }
+}
+
+impl HelperPort for Helpers {
+    async fn checks(&self, user: &str, request: Vec<u8>) -> Result<Vec<u8>, HelperFault> {
+        let slot = Arc::clone(
+            self.main
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(user.to_owned())
+                .or_default(),
+        );
+        let mut main = slot.lock().await;
+        if main.is_none() {
+            let mut channel = self.connect(user).await?;
+            channel
+                .send(&ToHelper::Main)
+                .await
+                .map_err(|_: ChannelError| HelperFault::Unreachable)?;
+            *main = Some(channel);
+        }
+        let Some(channel) = main.as_mut() else {
+            return Err(HelperFault::Unreachable);
+        };
+        let answer = async {
+            channel.send(&ToHelper::Checks(request)).await.ok()?;
+            match channel.recv().await {
+                Ok(Some(FromHelper::CheckResults(bytes))) => Some(bytes),
+                _ => None,
+            }
+        }
+        .await;
+        match answer {
+            Some(bytes) => Ok(bytes),
+            None => {
+                // The main connection broke: the helper ended its PTYs; the
+                // next run connects (and checks the peer) again.
+                *main = None;
+                Err(HelperFault::Unreachable)
+            }
+        }
+    }
+}

@@ -1,0 +1,819 @@
+//! `bothy-host supervise`: the service manager where no systemd runs (DESIGN
+//! §4). Run as root, it does for the same binaries what the systemd units of
+//! `bothy-host install` do (2.2, 6.5, D-M2-42-14):
+//!
+//! - `<runtime_dir>` and `<runtime_dir>/helper/`, `<runtime_dir>/pids/`: root,
+//!   mode 0755 (a folder of a trusted owner, writable by no session user).
+//! - Per session user that exists (a missing one is skipped and logged; the
+//!   doctor reports HD1): the endpoint `<runtime_dir>/helper/<user>.sock`,
+//!   bound and listened to here, owned by the service user with mode 0600, so
+//!   only the service user (and root) can connect; the helper only holds the
+//!   listening socket, and a process of the session user cannot recreate it.
+//! - A delegated cgroup v2 subtree per helper, as `Delegate=yes` makes it:
+//!   `<own cgroup>/bothy-host-<pid>/helper@<user>`, whose folder and
+//!   `cgroup.procs`, `cgroup.threads`, `cgroup.subtree_control` belong to the
+//!   session user. Supervise moves itself into `.../supervise`, the service
+//!   runs in `.../service`.
+//! - Each helper starts as its session user (its supplementary groups, its
+//!   group, its user) inside its cgroup (`clone3` with `CLONE_INTO_CGROUP`,
+//!   [`crate::helper::pty::clone_exec`]), with the listening socket as
+//!   descriptor 3 and `LISTEN_FDS=1`, `LISTEN_PID=<its PID>` — the form of
+//!   systemd socket activation (D-132) — and an environment from scratch:
+//!   `PATH` = systemd's default list, `LANG`/`LC_*` and `BOTHY_HOST_LOG` from
+//!   supervise's environment (D-135).
+//! - Then `bothy-host --config <file> run` as the service user, supplementary
+//!   groups cleared, with only `PATH`, `SSL_CERT_FILE`, `HTTPS_PROXY`,
+//!   `https_proxy`, `NO_PROXY`, `no_proxy`, `BOTHY_HOST_LOG`, every
+//!   `BOTHY_HOST_TEST_*` from supervise's environment, and
+//!   [`crate::manager::SUPERVISED_ENV`]`=1`, which makes the service read the
+//!   PID records ([`crate::manager`]).
+//! - Standard input is `/dev/null`; standard output and error are supervise's.
+//!
+//! Restarts are those of `Restart=on-failure` with `RestartPreventExitStatus=78`:
+//! a process killed by a signal or exiting non-zero other than 78 starts again
+//! after a backoff (200 ms, doubling to 5 s, back to 200 ms after 10 s of
+//! running); an exit 0 or 78 stays down. When a helper ends, its whole subtree
+//! is killed first (as systemd does for a unit), so no PTY outlives its helper;
+//! the new helper gets a new PID, which its record names before the helper
+//! accepts anything.
+//!
+//! SIGHUP (from `bothy-host restart`) restarts the service: SIGTERM, SIGKILL
+//! after 10 s, and a start at once — also of a service that exited 78 or waits
+//! for its backoff. SIGTERM or SIGINT stop everything (the service first, then
+//! the helpers), remove the cgroups, the endpoints and the records, and exit 0.
+
+use std::ffi::{CString, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{
+    AddressFamily, Backlog, SockFlag, SockType, UnixAddr, bind, listen, socket,
+};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Pid, User};
+use tracing::{error, info, warn};
+
+use crate::config::{Config, HostServiceConfig};
+use crate::helper::cgroup::{Cgroup, EMPTY_BOUND};
+use crate::helper::env::Environment;
+use crate::helper::pty::{Credentials, ExecPlan, SessionMode, clone_exec};
+use crate::manager;
+
+/// `PATH` of a helper: systemd's default for services (merged `/usr`).
+pub const HELPER_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin";
+
+/// The lock file supervise holds while it runs (`bothy-host restart` probes it).
+pub fn lock_path(runtime_dir: &Path) -> PathBuf {
+    runtime_dir.join("supervise.lock")
+}
+
+/// First pause before a restart (systemd's `RestartSec=` is 100 ms).
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+/// Longest pause before a restart.
+const BACKOFF_CAP: Duration = Duration::from_secs(5);
+/// A process that ran this long starts again with the first pause.
+const BACKOFF_RESET: Duration = Duration::from_secs(10);
+/// From SIGTERM to SIGKILL when stopping (systemd: `TimeoutStopSec=`).
+const STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The test seam of the service's program (feature `test-seams` only): the
+/// scenario tests of supervise run a stand-in service they control.
+#[cfg(feature = "test-seams")]
+pub const TEST_SERVICE_PROGRAM_ENV: &str = "BOTHY_HOST_TEST_SERVICE_PROGRAM";
+
+/// `bothy-host supervise`: runs until SIGTERM or SIGINT. 78 when the start is
+/// refused (configuration, not root, service user missing, no cgroup v2),
+/// 1 when another supervise holds this runtime folder.
+pub fn command(config_path: &Path) -> i32 {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            error!(
+                code = "config_invalid",
+                key = e.key().unwrap_or(""),
+                "start refused"
+            );
+            return crate::EXIT_REFUSED_START;
+        }
+    };
+    if !nix::unistd::geteuid().is_root() {
+        error!(
+            code = "supervise_not_root",
+            "bothy-host supervise runs as root; start refused"
+        );
+        return crate::EXIT_REFUSED_START;
+    }
+    let mut supervisor = match Supervisor::start(config_path, &config.host_service) {
+        Ok(s) => s,
+        Err(StartError::Busy) => {
+            error!(
+                code = "supervise_running",
+                "another supervise runs for this runtime_dir"
+            );
+            return 1;
+        }
+        Err(StartError::Refused(code, e)) => {
+            error!(code, error = %e, "start refused");
+            return crate::EXIT_REFUSED_START;
+        }
+    };
+    supervisor.run()
+}
+
+#[derive(Debug)]
+enum StartError {
+    Busy,
+    Refused(&'static str, io::Error),
+}
+
+fn refused(code: &'static str) -> impl FnOnce(io::Error) -> StartError {
+    move |e| StartError::Refused(code, e)
+}
+
+/// One process supervise keeps running.
+#[derive(Debug)]
+struct Unit {
+    /// What the logs call it (no user names: `helper 0`, `service`).
+    label: String,
+    kind: UnitKind,
+    /// Its cgroup, made anew before every start (D-137).
+    cgroup: Cgroup,
+    /// Who the cgroup is delegated to (a helper's session user).
+    delegate_to: Option<(u32, u32)>,
+    record: PathBuf,
+    pid: Option<Pid>,
+    started: Instant,
+    restart_at: Option<Instant>,
+    backoff: Duration,
+    /// A stop was asked for (SIGHUP restart): SIGKILL at this instant.
+    kill_at: Option<Instant>,
+    /// Start again at once when it ended (SIGHUP).
+    restart_now: bool,
+}
+
+#[derive(Debug)]
+enum UnitKind {
+    Helper {
+        listener: OwnedFd,
+        endpoint: PathBuf,
+        credentials: Credentials,
+    },
+    Service {
+        credentials: Credentials,
+    },
+}
+
+struct Supervisor {
+    exe: PathBuf,
+    config_path: PathBuf,
+    runtime_dir: PathBuf,
+    _lock: Flock<File>,
+    original: Cgroup,
+    root: Cgroup,
+    helpers: Vec<Unit>,
+    service: Unit,
+    signals: SignalFd,
+    dev_null: OwnedFd,
+    /// SIGTERM or SIGINT arrived: nothing starts again.
+    stopping: bool,
+}
+
+impl Supervisor {
+    fn start(config_path: &Path, config: &HostServiceConfig) -> Result<Supervisor, StartError> {
+        nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o022));
+        let runtime_dir = config.runtime_dir.clone();
+        for folder in [
+            runtime_dir.clone(),
+            runtime_dir.join("helper"),
+            manager::pids_dir(&runtime_dir),
+        ] {
+            root_folder(&folder).map_err(refused("runtime_dir_unusable"))?;
+        }
+        let lock = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(lock_path(&runtime_dir))
+            .map_err(refused("runtime_dir_unusable"))?;
+        let lock =
+            Flock::lock(lock, FlockArg::LockExclusiveNonblock).map_err(|_| StartError::Busy)?;
+        write_record(&manager::supervise_record(&runtime_dir), std::process::id())
+            .map_err(refused("runtime_dir_unusable"))?;
+
+        let exe = std::env::current_exe().map_err(refused("binary_unknown"))?;
+        let config_path = std::path::absolute(config_path).map_err(refused("config_invalid"))?;
+        let service_user = User::from_name(&config.service_user)
+            .map_err(|e| StartError::Refused("service_user_missing", e.into()))?
+            .ok_or_else(|| {
+                StartError::Refused("service_user_missing", io::ErrorKind::NotFound.into())
+            })?;
+        let service_credentials = Credentials {
+            uid: service_user.uid.as_raw(),
+            gid: service_user.gid.as_raw(),
+            groups: Vec::new(),
+        };
+
+        // Orphans of the trees below (a session's `setsid` child whose shell
+        // ended, a PTY whose helper died) become children of supervise, which
+        // reaps them as an init would (D-137).
+        if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+            warn!(code = "subreaper_unavailable", error = %e);
+        }
+        // Signals first, so no child's end is missed.
+        let mut mask = SigSet::empty();
+        for signal in [
+            Signal::SIGCHLD,
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+        ] {
+            mask.add(signal);
+        }
+        mask.thread_block()
+            .map_err(|e| StartError::Refused("signals_unavailable", e.into()))?;
+        let signals = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+            .map_err(|e| StartError::Refused("signals_unavailable", e.into()))?;
+        let dev_null = OwnedFd::from(File::open("/dev/null").map_err(refused("dev_null_missing"))?);
+
+        let original = Cgroup::own().map_err(refused("cgroup2_missing"))?;
+        let root = original
+            .create_child(&format!("bothy-host-{}", std::process::id()), false)
+            .map_err(refused("cgroup_refused"))?;
+        let leaf = root
+            .create_child("supervise", false)
+            .map_err(refused("cgroup_refused"))?;
+        leaf.add_process(std::process::id())
+            .map_err(refused("cgroup_refused"))?;
+        let service_cgroup = root.child("service");
+
+        let mut helpers = Vec::new();
+        let mut seen: Vec<&str> = Vec::new();
+        for (index, name) in config.session_users.iter().enumerate() {
+            if seen.contains(&name.as_str()) {
+                warn!(code = "session_user_duplicate", index, "helper skipped");
+                continue;
+            }
+            seen.push(name);
+            let user = match User::from_name(name) {
+                Ok(Some(u)) => u,
+                _ => {
+                    warn!(code = "user_missing", index, "helper skipped");
+                    continue;
+                }
+            };
+            match helper_unit(index, name, &user, config, &service_user, &root) {
+                Ok(unit) => helpers.push(unit),
+                Err(e) => error!(code = "helper_setup_failed", index, error = %e, "helper skipped"),
+            }
+        }
+
+        let service = Unit {
+            label: "service".to_owned(),
+            kind: UnitKind::Service {
+                credentials: service_credentials,
+            },
+            cgroup: service_cgroup,
+            delegate_to: None,
+            record: manager::service_record(&runtime_dir),
+            pid: None,
+            started: Instant::now(),
+            restart_at: None,
+            backoff: BACKOFF_BASE,
+            kill_at: None,
+            restart_now: false,
+        };
+        let mut supervisor = Supervisor {
+            exe,
+            config_path,
+            runtime_dir,
+            _lock: lock,
+            original,
+            root,
+            helpers,
+            service,
+            signals,
+            dev_null,
+            stopping: false,
+        };
+        for i in 0..supervisor.helpers.len() {
+            supervisor.start_helper(i);
+        }
+        supervisor.start_service();
+        info!(code = "supervise_ready", helpers = supervisor.helpers.len());
+        Ok(supervisor)
+    }
+
+    /// The main loop: signals, reaping, restarts.
+    fn run(&mut self) -> i32 {
+        loop {
+            let timeout = self.next_deadline().map_or(PollTimeout::NONE, |at| {
+                let wait = at.saturating_duration_since(Instant::now());
+                // Round up, so the loop does not spin just before a deadline.
+                let millis = wait.as_millis().saturating_add(1).min(60_000);
+                PollTimeout::try_from(millis as u64).unwrap_or(PollTimeout::MAX)
+            });
+            let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            match poll(&mut fds, timeout) {
+                Ok(_) | Err(Errno::EINTR) => {}
+                Err(e) => {
+                    error!(code = "supervise_poll_failed", error = %e);
+                    self.shutdown();
+                    return 1;
+                }
+            }
+            let mut stop = false;
+            while let Ok(Some(info)) = self.signals.read_signal() {
+                match Signal::try_from(info.ssi_signo as i32) {
+                    Ok(Signal::SIGCHLD) => self.reap(),
+                    Ok(Signal::SIGTERM | Signal::SIGINT) => stop = true,
+                    Ok(Signal::SIGHUP) => self.restart_service(),
+                    _ => {}
+                }
+            }
+            // A SIGCHLD can merge with others; reap whatever has ended.
+            self.reap();
+            if stop {
+                self.shutdown();
+                return 0;
+            }
+            self.due();
+        }
+    }
+
+    fn units_mut(&mut self) -> impl Iterator<Item = &mut Unit> {
+        self.helpers
+            .iter_mut()
+            .chain(std::iter::once(&mut self.service))
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.helpers
+            .iter()
+            .chain(std::iter::once(&self.service))
+            .flat_map(|u| [u.restart_at, u.kill_at])
+            .flatten()
+            .min()
+    }
+
+    /// Restarts that are due and stops that ran out of time.
+    fn due(&mut self) {
+        let now = Instant::now();
+        for unit in self.units_mut() {
+            if unit.kill_at.is_some_and(|at| at <= now) {
+                if let Some(pid) = unit.pid {
+                    warn!(code = "stop_timeout", unit = unit.label, "SIGKILL");
+                    let _ = kill(pid, Signal::SIGKILL);
+                }
+                unit.kill_at = None;
+            }
+        }
+        for i in 0..self.helpers.len() {
+            if self.helpers[i].restart_at.is_some_and(|at| at <= now) {
+                self.start_helper(i);
+            }
+        }
+        if self.service.restart_at.is_some_and(|at| at <= now) {
+            self.start_service();
+        }
+    }
+
+    /// Reaps every ended child and applies the restart rule.
+    fn reap(&mut self) {
+        loop {
+            let status = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => return,
+                Ok(status) => status,
+            };
+            let Some(pid) = status.pid() else { continue };
+            let restart_service_now;
+            let stopping = self.stopping;
+            {
+                let Some(unit) = self.units_mut().find(|u| u.pid == Some(pid)) else {
+                    continue;
+                };
+                unit.pid = None;
+                unit.kill_at = None;
+                let _ = fs::remove_file(&unit.record);
+                // Like systemd for a unit: nothing of it outlives it.
+                if let Err(e) = unit.cgroup.kill_and_remove(EMPTY_BOUND) {
+                    warn!(code = "cgroup_not_emptied", unit = unit.label, error = %e);
+                }
+                let ran = unit.started.elapsed();
+                let (code, signal) = match status {
+                    WaitStatus::Exited(_, code) => (Some(code), None),
+                    WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
+                    _ => (None, None),
+                };
+                restart_service_now = std::mem::take(&mut unit.restart_now);
+                if stopping {
+                    info!(code = "stopped", unit = unit.label, status = code, signal);
+                } else if restart_service_now {
+                    info!(code = "stopped_for_restart", unit = unit.label);
+                } else if code == Some(0) || code == Some(crate::EXIT_REFUSED_START) {
+                    info!(
+                        code = "exited",
+                        unit = unit.label,
+                        status = code,
+                        "not restarted (0 or 78)"
+                    );
+                } else {
+                    if ran >= BACKOFF_RESET {
+                        unit.backoff = BACKOFF_BASE;
+                    }
+                    warn!(
+                        code = "crashed",
+                        unit = unit.label,
+                        status = code,
+                        signal,
+                        backoff_ms = unit.backoff.as_millis() as u64,
+                        "restart after backoff"
+                    );
+                    unit.restart_at = Some(Instant::now() + unit.backoff);
+                    unit.backoff = (unit.backoff * 2).min(BACKOFF_CAP);
+                }
+            }
+            if restart_service_now && self.service.pid.is_none() {
+                self.start_service();
+            }
+        }
+    }
+
+    /// SIGHUP: restart the service now.
+    fn restart_service(&mut self) {
+        info!(code = "restart_requested");
+        match self.service.pid {
+            Some(pid) => {
+                self.service.restart_now = true;
+                self.service.kill_at = Some(Instant::now() + STOP_TIMEOUT);
+                let _ = kill(pid, Signal::SIGTERM);
+            }
+            None => {
+                self.service.backoff = BACKOFF_BASE;
+                self.start_service();
+            }
+        }
+    }
+
+    fn start_helper(&mut self, index: usize) {
+        let mut env = Environment::new();
+        env.set("PATH", HELPER_PATH);
+        for (name, value) in std::env::vars_os() {
+            if let Some(name) = name.to_str()
+                && (name == "LANG" || name.starts_with("LC_") || name == crate::cli::LOG_FILTER_ENV)
+            {
+                env.set(name, value);
+            }
+        }
+        env.set("LISTEN_FDS", "1");
+        let argv = vec![
+            self.exe.clone().into_os_string(),
+            OsString::from("pty-helper"),
+        ];
+        let exe = self.exe.clone();
+        let dev_null = &self.dev_null;
+        let unit = &mut self.helpers[index];
+        let UnitKind::Helper {
+            listener,
+            credentials,
+            ..
+        } = &unit.kind
+        else {
+            return;
+        };
+        let started = start_unit(
+            &exe,
+            argv,
+            &env,
+            true,
+            vec![
+                (dev_null.as_fd(), 0),
+                (std::io::stdout().as_fd(), 1),
+                (std::io::stderr().as_fd(), 2),
+                (listener.as_fd(), 3),
+            ],
+            credentials.clone(),
+            &unit.cgroup,
+            unit.delegate_to,
+        );
+        record_start(unit, started);
+    }
+
+    fn start_service(&mut self) {
+        let mut env = Environment::new();
+        for (name, value) in std::env::vars_os() {
+            if let Some(name) = name.to_str()
+                && (matches!(
+                    name,
+                    "PATH"
+                        | "SSL_CERT_FILE"
+                        | "HTTPS_PROXY"
+                        | "https_proxy"
+                        | "NO_PROXY"
+                        | "no_proxy"
+                        | crate::cli::LOG_FILTER_ENV
+                ) || name.starts_with("BOTHY_HOST_TEST_"))
+            {
+                env.set(name, value);
+            }
+        }
+        env.set(manager::SUPERVISED_ENV, "1");
+        let program = service_program(&self.exe);
+        let argv = vec![
+            program.clone().into_os_string(),
+            OsString::from("--config"),
+            self.config_path.clone().into_os_string(),
+            OsString::from("run"),
+        ];
+        let UnitKind::Service { credentials } = &self.service.kind else {
+            return;
+        };
+        let started = start_unit(
+            &program,
+            argv,
+            &env,
+            false,
+            vec![
+                (self.dev_null.as_fd(), 0),
+                (std::io::stdout().as_fd(), 1),
+                (std::io::stderr().as_fd(), 2),
+            ],
+            credentials.clone(),
+            &self.service.cgroup,
+            None,
+        );
+        record_start(&mut self.service, started);
+    }
+
+    /// Stops everything: the service first, then the helpers; removes the
+    /// cgroups, endpoints and records.
+    fn shutdown(&mut self) {
+        info!(code = "supervise_stopping");
+        self.stopping = true;
+        for unit in self.units_mut() {
+            unit.restart_at = None;
+            unit.restart_now = false;
+        }
+        self.stop_and_wait(true);
+        self.stop_and_wait(false);
+        // Whatever is left in the subtree (the units' cgroups are empty now).
+        if let Err(e) = self.original.add_process(std::process::id()) {
+            warn!(code = "cgroup_not_left", error = %e);
+        }
+        if let Err(e) = self.root.kill_and_remove(EMPTY_BOUND) {
+            warn!(code = "cgroup_not_removed", error = %e);
+        }
+        // The orphans that ended with the subtree.
+        while let Ok(status) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if status == WaitStatus::StillAlive {
+                break;
+            }
+        }
+        for unit in &self.helpers {
+            if let UnitKind::Helper { endpoint, .. } = &unit.kind {
+                let _ = fs::remove_file(endpoint);
+            }
+            let _ = fs::remove_file(&unit.record);
+        }
+        let _ = fs::remove_file(&self.service.record);
+        let _ = fs::remove_file(manager::supervise_record(&self.runtime_dir));
+        info!(code = "supervise_stopped");
+    }
+
+    /// SIGTERM to the service (`service`) or to every helper, SIGKILL after
+    /// [`STOP_TIMEOUT`], until they are reaped.
+    fn stop_and_wait(&mut self, service: bool) {
+        let units: Vec<&mut Unit> = if service {
+            vec![&mut self.service]
+        } else {
+            self.helpers.iter_mut().collect()
+        };
+        let deadline = Instant::now() + STOP_TIMEOUT;
+        for unit in units {
+            if let Some(pid) = unit.pid {
+                let _ = kill(pid, Signal::SIGTERM);
+                unit.kill_at = Some(deadline);
+            }
+        }
+        loop {
+            let running = if service {
+                self.service.pid.is_some()
+            } else {
+                self.helpers.iter().any(|u| u.pid.is_some())
+            };
+            if !running {
+                return;
+            }
+            let now = Instant::now();
+            for unit in self.units_mut() {
+                if let (Some(pid), Some(at)) = (unit.pid, unit.kill_at)
+                    && at <= now
+                {
+                    let _ = kill(pid, Signal::SIGKILL);
+                    unit.kill_at = None;
+                }
+            }
+            let mut fds = [PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+            let _ = poll(&mut fds, PollTimeout::from(100u8));
+            while let Ok(Some(_)) = self.signals.read_signal() {}
+            self.reap();
+        }
+    }
+}
+
+/// The service's program: this binary (or, in test builds only, the stand-in
+/// named by [`TEST_SERVICE_PROGRAM_ENV`]).
+fn service_program(exe: &Path) -> PathBuf {
+    #[cfg(feature = "test-seams")]
+    if let Some(program) = std::env::var_os(TEST_SERVICE_PROGRAM_ENV) {
+        return PathBuf::from(program);
+    }
+    exe.to_owned()
+}
+
+fn record_start(unit: &mut Unit, started: io::Result<u32>) {
+    unit.restart_at = None;
+    unit.started = Instant::now();
+    match started {
+        Ok(pid) => {
+            unit.pid = Some(Pid::from_raw(pid as i32));
+            if let Err(e) = write_record(&unit.record, pid) {
+                error!(code = "record_not_written", unit = unit.label, error = %e);
+            }
+            info!(code = "started", unit = unit.label, pid);
+        }
+        Err(e) => {
+            error!(code = "start_failed", unit = unit.label, error = %e, "restart after backoff");
+            unit.restart_at = Some(Instant::now() + unit.backoff);
+            unit.backoff = (unit.backoff * 2).min(BACKOFF_CAP);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn start_unit(
+    program: &Path,
+    argv: Vec<OsString>,
+    env: &Environment,
+    listen_pid: bool,
+    fds: Vec<(std::os::fd::BorrowedFd<'_>, i32)>,
+    credentials: Credentials,
+    cgroup: &Cgroup,
+    delegate_to: Option<(u32, u32)>,
+) -> io::Result<u32> {
+    fresh_cgroup(cgroup, delegate_to)?;
+    let dir = cgroup.open_dir()?;
+    let plan = ExecPlan {
+        program,
+        argv,
+        env,
+        listen_pid,
+        cwd: Some(Path::new("/")),
+        fds,
+        session: SessionMode::New,
+        credentials: Some(credentials),
+        cgroup: dir.as_fd(),
+    };
+    let child = clone_exec(&plan).map_err(io::Error::other)?;
+    // Supervise reaps with waitpid; the pidfd is not needed.
+    drop(child.pidfd);
+    Ok(child.pid)
+}
+
+/// Sets up the endpoint and the cgroup of one helper.
+fn helper_unit(
+    index: usize,
+    name: &str,
+    user: &User,
+    config: &HostServiceConfig,
+    service_user: &User,
+    root: &Cgroup,
+) -> io::Result<Unit> {
+    let endpoint = config.helper_endpoint(name);
+    let listener = bind_endpoint(&endpoint, service_user)?;
+    let cgroup = root.child(&format!("helper@{name}"));
+    let c_name = CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let groups = nix::unistd::getgrouplist(&c_name, user.gid)?
+        .into_iter()
+        .map(|g| g.as_raw())
+        .collect();
+    Ok(Unit {
+        label: format!("helper {index}"),
+        kind: UnitKind::Helper {
+            listener,
+            endpoint,
+            credentials: Credentials {
+                uid: user.uid.as_raw(),
+                gid: user.gid.as_raw(),
+                groups,
+            },
+        },
+        cgroup,
+        delegate_to: Some((user.uid.as_raw(), user.gid.as_raw())),
+        record: manager::helper_record(&config.runtime_dir, name),
+        pid: None,
+        started: Instant::now(),
+        restart_at: None,
+        backoff: BACKOFF_BASE,
+        kill_at: None,
+        restart_now: false,
+    })
+}
+
+/// Binds and listens on `path`: owned by the service user, mode 0600, created
+/// with umask 0177 so it is never more open than that.
+fn bind_endpoint(path: &Path, service_user: &User) -> io::Result<OwnedFd> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_dir() => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "a folder at the endpoint",
+            ));
+        }
+        Ok(_) => fs::remove_file(path)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let socket = socket(
+        AddressFamily::Unix,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    let address = UnixAddr::new(path)?;
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let bound = bind(std::os::fd::AsRawFd::as_raw_fd(&socket), &address);
+    nix::sys::stat::umask(old);
+    bound?;
+    std::os::unix::fs::lchown(
+        path,
+        Some(service_user.uid.as_raw()),
+        Some(service_user.gid.as_raw()),
+    )?;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o600))?;
+    listen(&socket, Backlog::new(64)?)?;
+    Ok(socket)
+}
+
+/// Makes the cgroup of a unit anew (an old one is killed and removed first):
+/// after `cgroup.kill` on a cgroup, this kernel kills every child cloned into
+/// it with `CLONE_INTO_CGROUP` (D-137). With `delegate_to`, what
+/// `Delegate=yes` does: the folder and the files a delegate needs belong to
+/// that user.
+fn fresh_cgroup(cgroup: &Cgroup, delegate_to: Option<(u32, u32)>) -> io::Result<()> {
+    cgroup.kill_and_remove(EMPTY_BOUND)?;
+    fs::create_dir(cgroup.path())?;
+    if let Some((uid, gid)) = delegate_to {
+        std::os::unix::fs::chown(cgroup.path(), Some(uid), Some(gid))?;
+        for file in ["cgroup.procs", "cgroup.threads", "cgroup.subtree_control"] {
+            std::os::unix::fs::chown(cgroup.path().join(file), Some(uid), Some(gid))?;
+        }
+    }
+    Ok(())
+}
+
+/// Creates `folder` if needed and makes it a folder of root with mode 0755;
+/// a symbolic link is refused.
+fn root_folder(folder: &Path) -> io::Result<()> {
+    match fs::create_dir(folder) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::create_dir_all(folder)?,
+        Err(e) => return Err(e),
+    }
+    let metadata = fs::symlink_metadata(folder)?;
+    if !metadata.is_dir() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a folder"));
+    }
+    if metadata.uid() != 0 || metadata.gid() != 0 {
+        std::os::unix::fs::lchown(folder, Some(0), Some(0))?;
+    }
+    fs::set_permissions(folder, fs::Permissions::from_mode(0o755))
+}
+
+/// Writes `<pid>\n` to `path` atomically with mode 0644.
+pub fn write_record(path: &Path, pid: u32) -> io::Result<()> {
+    let temporary = path.with_extension("tmp");
+    let _ = fs::remove_file(&temporary);
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&temporary)?;
+    file.write_all(format!("{pid}\n").as_bytes())?;
+    file.set_permissions(fs::Permissions::from_mode(0o644))?;
+    drop(file);
+    fs::rename(&temporary, path)
+}

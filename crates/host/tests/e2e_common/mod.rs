@@ -1,0 +1,744 @@
+//! The scenario harness of the host service: the real `bothy-server` in this
+//! process (port 0, TLS with its own CA, SQLite or PostgreSQL), real OS users
+//! made for the test (a service user and session users), the real
+//! `bothy-host` binary paired with `bothy-host pair` and run under
+//! `bothy-host supervise` (which starts the PTY helpers as the session users
+//! and the service as the service user), and a test device that speaks the
+//! real protocol: the open route, the device stream, Noise NK as initiator,
+//! and the frames of 5.4.
+//!
+//! The server's clock is a manual clock that starts at the real time and moves
+//! at the real rate (a task adds the real time that passed every 50 ms),
+//! because the host service checks tokens and proofs against its own clock;
+//! the TOTP of a step-up moves it ahead by one step more, which
+//! `auth.clock_leeway: 1h` covers.
+//!
+//! A test file declares: `#[path = "../../server/tests/support/mod.rs"] mod
+//! support;` and the same for `identity_common`, `hosts_common`,
+//! `terminal_common`, plus `#[path = "support/users.rs"] mod users;` and `mod
+//! e2e_common;`.
+#![allow(dead_code)]
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bothy_noise::{EphemeralKey, Initiator, Transport};
+use bothy_proto::b64;
+use bothy_proto::frame::{Direction, Frame, TerminalSize};
+use bothy_proto::jws::ephemeral_key_hash;
+use bothy_server::clock::ManualClock;
+use bothy_server::db::Engine;
+use futures_util::SinkExt;
+use serde_json::{Value, json};
+use tokio_tungstenite::tungstenite::Message;
+use uuid::Uuid;
+
+use crate::hosts_common::{Person, confirm, create_host, owner_person, step_up};
+use crate::identity_common::{Reply, post};
+use crate::support::server::TestServer;
+use crate::support::ws::Ws;
+use crate::terminal_common::device;
+use crate::terminal_common::host_data::{Frame as WsFrame, next_frame};
+use crate::users::TestUser;
+
+/// The configuration every scenario server gets on top of the defaults.
+/// The heartbeat interval is an hour because every TOTP step-up moves the
+/// server's clock ahead by a step: with the default the server would count the
+/// jumps as missed heartbeats (4009). Heartbeats are the server tests' subject.
+pub const SERVER_YAML: &str = "auth:\n  clock_leeway: 1h\nrl:\n  public_auth: {burst: 1000, refill_per_minute: 1000}\n  terminal: {burst: 1000, refill_per_minute: 1000}\n  host: {burst: 1000, refill_per_minute: 1000}\nterminal:\n  host_heartbeat_interval: 1h\n";
+
+/// Where scenario folders live: a chain of folders of root, writable by no one
+/// else (HD10 and HD11 check the folders of the configuration file).
+pub const SCENARIO_BASE: &str = "/var/lib/bothy-tests";
+
+/// The safety net of every wait for the host service.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// Real time in Unix milliseconds.
+pub fn real_now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A folder for one scenario under [`SCENARIO_BASE`], mode 0755, removed on drop.
+#[derive(Debug)]
+pub struct ScenarioDir {
+    pub path: PathBuf,
+}
+
+impl ScenarioDir {
+    pub fn new() -> ScenarioDir {
+        fs::create_dir_all(SCENARIO_BASE).expect("scenario base");
+        fs::set_permissions(SCENARIO_BASE, fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut random = [0u8; 6];
+        getrandom::fill(&mut random).expect("random");
+        let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        let path = Path::new(SCENARIO_BASE).join(name);
+        fs::create_dir(&path).expect("scenario folder");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
+        ScenarioDir { path }
+    }
+}
+
+impl Drop for ScenarioDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The path of the `bothy-host` binary under test.
+pub fn bothy_host() -> &'static str {
+    env!("CARGO_BIN_EXE_bothy-host")
+}
+
+/// The options of a scenario.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Session users to create (the owner is assigned the first).
+    pub session_users: usize,
+    /// Extra `host_service` keys (YAML lines, indented by two spaces).
+    pub extra_host_yaml: String,
+    /// Extra keys of the server's `terminal` section (YAML lines indented by
+    /// two spaces).
+    pub extra_terminal_yaml: String,
+    /// The declaration at the confirmation.
+    pub llm_credentials: &'static str,
+    /// `HTTPS_PROXY` for `pair` and the service (through supervise).
+    pub https_proxy: Option<String>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            session_users: 1,
+            extra_host_yaml: String::new(),
+            extra_terminal_yaml: String::new(),
+            llm_credentials: "none",
+            https_proxy: None,
+        }
+    }
+}
+
+/// A server, an owner, a paired and confirmed host with its service running
+/// under `bothy-host supervise`.
+pub struct Scenario {
+    pub server: TestServer,
+    pub owner: Person,
+    pub service_user: TestUser,
+    pub users: Vec<TestUser>,
+    pub host_id: String,
+    pub dir: ScenarioDir,
+    pub config_path: PathBuf,
+    pub state_dir: PathBuf,
+    pub runtime_dir: PathBuf,
+    pub log_path: PathBuf,
+    https_proxy: Option<String>,
+    supervise: Option<Child>,
+    follower: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Scenario {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scenario")
+            .field("host_id", &self.host_id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// HD9 refuses the start while a session user can list the home of another
+/// person account (UID_MIN..UID_MAX), and images of this machine kind carry
+/// one with a home of mode 0755. The harness does what the operator of such a
+/// host would do before installing: it closes those homes (idempotent; the
+/// test users' own homes are 0700 already).
+pub fn close_foreign_homes() {
+    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
+    for line in passwd.lines() {
+        let fields: Vec<&str> = line.split(':').collect();
+        let (Some(uid), Some(home)) = (fields.get(2), fields.get(5)) else {
+            continue;
+        };
+        let Ok(uid) = uid.parse::<u32>() else {
+            continue;
+        };
+        if !(1000..=60000).contains(&uid) || home.is_empty() || *home == "/" {
+            continue;
+        }
+        if let Ok(meta) = fs::metadata(home) {
+            if meta.is_dir() && meta.permissions().mode() & 0o055 != 0 {
+                let mode = meta.permissions().mode() & 0o700;
+                let _ = fs::set_permissions(home, fs::Permissions::from_mode(mode));
+            }
+        }
+    }
+}
+
+/// Moves the manual clock forward with the real time: every 50 ms by the real
+/// time that passed. A TOTP step-up of the test moves it ahead by one more
+/// step, so it runs ahead of the real time by the steps taken, at the real
+/// rate (deadlines of the relay and the sweep pass as they would).
+fn follow_real_time(clock: Arc<ManualClock>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut last = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let now = std::time::Instant::now();
+            clock.advance(now - last);
+            last = now;
+        }
+    })
+}
+
+impl Scenario {
+    /// Everything up to a connected host.
+    pub async fn start(engine: Engine, options: Options) -> Scenario {
+        if !cfg!(feature = "test-seams") {
+            panic!(
+                "the scenario tests need bothy-host built with --features bothy-host/test-seams \
+                 (scripts/test does this): this kernel has no Yama, and HD10 refuses the start \
+                 without the test seam"
+            );
+        }
+        close_foreign_homes();
+        let yaml = format!("{SERVER_YAML}{}", options.extra_terminal_yaml);
+        let server = TestServer::start_at(engine, &yaml, real_now_ms()).await;
+        let follower = follow_real_time(Arc::clone(&server.clock));
+        let owner = owner_person(&server, "owner").await;
+        let service_user = TestUser::create("svc");
+        let users: Vec<TestUser> = (0..options.session_users)
+            .map(|i| TestUser::create(&format!("u{i}")))
+            .collect();
+        let dir = ScenarioDir::new();
+        let state_dir = dir.path.join("state");
+        let runtime_dir = dir.path.join("run");
+        let log_path = dir.path.join("host.log");
+        let yama = dir.path.join("ptrace_scope");
+        fs::write(&yama, "1\n").expect("test ptrace_scope");
+        let names: Vec<&str> = users.iter().map(|u| u.name.as_str()).collect();
+        let config = format!(
+            "host_service:\n  state_dir: {}\n  runtime_dir: {}\n  service_user: {}\n  session_users: [{}]\n  reconnect_backoff_base: 100ms\n  reconnect_backoff_cap: 2s\n  credential_check_interval: 1h\n{}",
+            state_dir.display(),
+            runtime_dir.display(),
+            service_user.name,
+            names.join(", "),
+            options.extra_host_yaml,
+        );
+        // The server's CA for the host's TLS client, readable by the service user.
+        let ca_file = dir.path.join("ca.pem");
+        fs::copy(&server.ca_file, &ca_file).expect("CA copy");
+        fs::set_permissions(&ca_file, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let config_path = dir.path.join("config.yaml");
+        fs::write(&config_path, config).expect("config");
+        fs::set_permissions(&config_path, fs::Permissions::from_mode(0o644)).expect("chmod");
+        // createHost, bothy-host pair, confirmHost with the owner's assignment.
+        let (host_id, code) = create_host(&server, &owner, "scenario host", None).await;
+        let mut pair = Command::new(bothy_host());
+        pair.arg("--config")
+            .arg(&config_path)
+            .args(["pair", "--server", &server.base, "--code", &code])
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("SSL_CERT_FILE", &ca_file);
+        if let Some(proxy) = &options.https_proxy {
+            pair.env("HTTPS_PROXY", proxy);
+        }
+        let paired = pair.output().expect("bothy-host pair runs");
+        let stdout = String::from_utf8_lossy(&paired.stdout).into_owned();
+        assert!(
+            paired.status.success(),
+            "bothy-host pair failed: {stdout}{}",
+            String::from_utf8_lossy(&paired.stderr)
+        );
+        let fingerprint = stdout
+            .lines()
+            .map(str::trim)
+            .find(|line| line.len() == 64 && line.matches('-').count() == 12)
+            .expect("pair prints the fingerprint in groups of four")
+            .to_owned();
+        let prefix: String = fingerprint.chars().filter(|c| *c != '-').take(8).collect();
+        let reply = confirm(
+            &server,
+            &owner,
+            &host_id,
+            &prefix,
+            options.llm_credentials,
+            None,
+            false,
+            &[(owner.id(), names[0])],
+        )
+        .await;
+        assert_eq!(reply.status, 200, "confirm: {:?}", reply.body);
+        let mut scenario = Scenario {
+            server,
+            owner,
+            service_user,
+            users,
+            host_id,
+            dir,
+            config_path,
+            state_dir,
+            runtime_dir,
+            log_path,
+            https_proxy: options.https_proxy.clone(),
+            supervise: None,
+            follower,
+        };
+        scenario.start_service();
+        scenario.wait_connected().await;
+        scenario
+    }
+
+    /// Starts `bothy-host supervise` (as root), logging to [`Scenario::log_path`].
+    pub fn start_service(&mut self) {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .expect("log file");
+        let mut command = Command::new(bothy_host());
+        command
+            .arg("--config")
+            .arg(&self.config_path)
+            .arg("supervise")
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env("SSL_CERT_FILE", self.dir.path.join("ca.pem"))
+            .env("BOTHY_HOST_LOG", "debug")
+            .env(
+                "BOTHY_HOST_TEST_PTRACE_SCOPE_FILE",
+                self.dir.path.join("ptrace_scope"),
+            );
+        if let Some(proxy) = &self.https_proxy {
+            command.env("HTTPS_PROXY", proxy);
+        }
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("bothy-host supervise starts");
+        self.supervise = Some(child);
+    }
+
+    /// Stops `bothy-host supervise` with SIGTERM and waits for it.
+    pub fn stop_service(&mut self) {
+        if let Some(mut child) = self.supervise.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait();
+        }
+    }
+
+    /// The host's ID.
+    pub fn host_uuid(&self) -> Uuid {
+        Uuid::parse_str(&self.host_id).expect("host ID")
+    }
+
+    /// Waits until the server counts the host as connected (a report applied).
+    pub async fn wait_connected(&self) {
+        let host = self.host_uuid();
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.server.state.control_links().is_connected(host) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the host service never connected; its log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The host service's log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Opens a session of `profile` as `person` with a fresh step-up; the reply.
+    pub async fn open_reply(&self, person: &Person, profile: &str, cek: &[u8; 32]) -> Reply {
+        let step_up_id = step_up(&self.server, person).await;
+        post(
+            &self.server,
+            &format!("/api/v1/hosts/{}/terminal/sessions", self.host_id),
+            Some(person.token()),
+            json!({
+                "profile": profile,
+                "columns": 100,
+                "rows": 30,
+                "client_ephemeral_key_hash": b64::encode(cek),
+                "step_up_id": step_up_id,
+            }),
+        )
+        .await
+    }
+
+    /// Opens a shell as the owner and completes the handshake and `start`.
+    pub async fn open_shell(&self) -> DeviceSession {
+        self.open_as(
+            &self.owner,
+            "shell",
+            TerminalSize::new(100, 30).expect("size"),
+        )
+        .await
+    }
+
+    /// Opens `profile` as `person` and completes the handshake and `start`.
+    pub async fn open_as(
+        &self,
+        person: &Person,
+        profile: &str,
+        size: TerminalSize,
+    ) -> DeviceSession {
+        let host = self.host_uuid();
+        let ephemeral = EphemeralKey::generate().expect("ephemeral key");
+        let cek = ephemeral_key_hash(&ephemeral.public());
+        let reply = self.open_reply(person, profile, &cek).await;
+        assert_eq!(reply.status, 201, "open: {:?}", reply.body);
+        let session_id =
+            Uuid::parse_str(reply.body["session_id"].as_str().expect("id")).expect("uuid");
+        let token = reply.body["token"].as_str().expect("token").to_owned();
+        let noise_key: [u8; 32] =
+            b64::decode_array(reply.body["noise_public_key"].as_str().expect("key")).expect("key");
+        let initiator =
+            Initiator::with_ephemeral(session_id, host, &noise_key, ephemeral).expect("initiator");
+        let mut device = DeviceSession::connect(self, person, session_id, initiator, &token).await;
+        device.start(size).await;
+        device
+    }
+}
+
+impl Scenario {
+    /// The main PID of the helper of session user `index`, as supervise records it.
+    pub fn helper_pid(&self, index: usize) -> u32 {
+        let record = self
+            .runtime_dir
+            .join("pids")
+            .join(format!("helper@{}.pid", self.users[index].name));
+        fs::read_to_string(&record)
+            .expect("the helper's PID record")
+            .trim()
+            .parse()
+            .expect("a PID")
+    }
+
+    /// The processes of session user `index` other than its helper: what its
+    /// sessions run.
+    pub fn session_processes(&self, index: usize) -> Vec<u32> {
+        let uid = self.users[index].uid;
+        let helper = self.helper_pid(index);
+        let mut out = Vec::new();
+        let Ok(entries) = fs::read_dir("/proc") else {
+            return out;
+        };
+        for entry in entries.flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            if pid == helper {
+                continue;
+            }
+            let Ok(status) = fs::read_to_string(entry.path().join("status")) else {
+                continue;
+            };
+            let real_uid = status
+                .lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|u| u.parse::<u32>().ok());
+            let zombie = status
+                .lines()
+                .any(|l| l.starts_with("State:") && l.contains('Z'));
+            if real_uid == Some(uid) && !zombie {
+                out.push(pid);
+            }
+        }
+        out
+    }
+
+    /// Waits (bounded) until session user `index` runs nothing but its helper.
+    pub async fn wait_no_session_processes(&self, index: usize) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let left = self.session_processes(index);
+            if left.is_empty() {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "processes of the session user survive: {left:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The state and close_reason/close_detail of a session row.
+    pub async fn session_row(&self, session_id: Uuid) -> (String, Option<String>, Option<String>) {
+        sqlx::query_as(
+            "SELECT state, close_reason, close_detail FROM terminal_sessions WHERE id = $1",
+        )
+        .bind(session_id.to_string())
+        .fetch_one(self.server.db().db.pool())
+        .await
+        .expect("the session row")
+    }
+
+    /// Waits (bounded) until the session has `state`.
+    pub async fn wait_state(&self, session_id: Uuid, state: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let row = self.session_row(session_id).await;
+            if row.0 == state {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the session never reached {state}: {row:?}; host log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until the session is closed; its close_reason and close_detail.
+    pub async fn closed(&self, session_id: Uuid) -> (String, Option<String>) {
+        self.wait_state(session_id, "closed").await;
+        let (_, reason, detail) = self.session_row(session_id).await;
+        (reason.expect("a closed session has a reason"), detail)
+    }
+
+    /// An opening by `person` without a handshake: the answer of the route and
+    /// the ephemeral key whose hash it carries.
+    pub async fn open_raw(&self, person: &Person, profile: &str) -> (RawGrant, EphemeralKey) {
+        let ephemeral = EphemeralKey::generate().expect("ephemeral key");
+        let cek = ephemeral_key_hash(&ephemeral.public());
+        let reply = self.open_reply(person, profile, &cek).await;
+        assert_eq!(
+            reply.status,
+            201,
+            "open: {:?}; host log:\n{}",
+            reply.body,
+            self.log()
+        );
+        (RawGrant::from_reply(&reply.body), ephemeral)
+    }
+
+    /// An attach by `person` with a fresh step-up: the grant and its key.
+    pub async fn attach_raw(&self, person: &Person, session_id: Uuid) -> (RawGrant, EphemeralKey) {
+        let ephemeral = EphemeralKey::generate().expect("ephemeral key");
+        let cek = ephemeral_key_hash(&ephemeral.public());
+        let step_up_id = step_up(&self.server, person).await;
+        let reply = post(
+            &self.server,
+            &format!("/api/v1/terminal/sessions/{session_id}/attach"),
+            Some(person.token()),
+            json!({
+                "client_ephemeral_key_hash": b64::encode(&cek),
+                "step_up_id": step_up_id,
+            }),
+        )
+        .await;
+        assert_eq!(reply.status, 200, "attach: {:?}", reply.body);
+        (RawGrant::from_reply(&reply.body), ephemeral)
+    }
+
+    /// Attaches with a full handshake and `start`; the caller reads the replay.
+    pub async fn attach(
+        &self,
+        person: &Person,
+        session_id: Uuid,
+        size: TerminalSize,
+    ) -> DeviceSession {
+        let (grant, ephemeral) = self.attach_raw(person, session_id).await;
+        let initiator = Initiator::with_ephemeral(
+            session_id,
+            self.host_uuid(),
+            &grant.noise_public_key,
+            ephemeral,
+        )
+        .expect("initiator");
+        let mut device =
+            DeviceSession::connect(self, person, session_id, initiator, &grant.token).await;
+        device.start(size).await;
+        device
+    }
+
+    /// A device stream of `session_id` after `ready`, before message 1.
+    pub async fn device_stream(&self, person: &Person, session_id: Uuid) -> Ws {
+        device::login(&self.server, session_id, person.token()).await
+    }
+}
+
+/// What open and attach answer.
+#[derive(Debug, Clone)]
+pub struct RawGrant {
+    pub session_id: Uuid,
+    pub token: String,
+    pub noise_public_key: [u8; 32],
+}
+
+impl RawGrant {
+    fn from_reply(body: &Value) -> RawGrant {
+        RawGrant {
+            session_id: Uuid::parse_str(body["session_id"].as_str().expect("session_id"))
+                .expect("uuid"),
+            token: body["token"].as_str().expect("token").to_owned(),
+            noise_public_key: b64::decode_array(
+                body["noise_public_key"].as_str().expect("noise_public_key"),
+            )
+            .expect("32 bytes"),
+        }
+    }
+}
+
+/// Sends `message` as message 1 on `ws` and returns how the stream ends
+/// (close code and text), skipping anything before the close.
+pub async fn refused(ws: &mut Ws, message: Vec<u8>) -> (u16, String) {
+    ws.send(Message::binary(message)).await.expect("sent");
+    loop {
+        match next_frame(ws).await {
+            WsFrame::Close(code, reason) => return (code, reason),
+            WsFrame::Ended => panic!("the stream ended without a close frame"),
+            _ => {}
+        }
+    }
+}
+
+impl Drop for Scenario {
+    fn drop(&mut self) {
+        self.stop_service();
+        self.follower.abort();
+    }
+}
+
+/// A device with an open, started session.
+pub struct DeviceSession {
+    pub session_id: Uuid,
+    pub ws: Ws,
+    /// Message 1 as sent (a replaying relay sends it again, TM-T03).
+    pub message1: Vec<u8>,
+    transport: Transport,
+    /// Output of the PTY received so far (data frames), in order.
+    pub output: Vec<u8>,
+}
+
+/// What the device received next.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Received {
+    Data(Vec<u8>),
+    Exit(i32),
+    ReplayBegin,
+    ReplayEnd,
+    Closed(u16, String),
+}
+
+impl DeviceSession {
+    async fn connect(
+        scenario: &Scenario,
+        person: &Person,
+        session_id: Uuid,
+        mut initiator: Initiator,
+        token: &str,
+    ) -> DeviceSession {
+        let mut ws = device::login(&scenario.server, session_id, person.token()).await;
+        let message1 = initiator
+            .write_message1(token.as_bytes())
+            .expect("message 1");
+        ws.send(Message::binary(message1.clone()))
+            .await
+            .expect("sent");
+        let message2 = match next_frame(&mut ws).await {
+            WsFrame::Binary(bytes) => bytes,
+            other => panic!(
+                "expected message 2, got {other:?}; host log:\n{}",
+                scenario.log()
+            ),
+        };
+        let (payload, transport) = initiator.read_message2(&message2).expect("message 2");
+        let payload: Value = serde_json::from_slice(&payload).expect("JSON payload");
+        assert_eq!(payload["v"], 1);
+        DeviceSession {
+            session_id,
+            ws,
+            message1,
+            transport,
+            output: Vec::new(),
+        }
+    }
+
+    /// Sends a frame.
+    pub async fn send(&mut self, frame: Frame<'_>) {
+        let plain = frame.to_vec(Direction::DeviceToHost).expect("frame");
+        let message = self.transport.write_message(&plain).expect("encrypt");
+        self.ws.send(Message::binary(message)).await.expect("sent");
+    }
+
+    /// Sends `start`.
+    pub async fn start(&mut self, size: TerminalSize) {
+        self.send(Frame::Start(size)).await;
+    }
+
+    /// Types `text` (a data frame).
+    pub async fn type_text(&mut self, text: &str) {
+        self.send(Frame::Data(text.as_bytes())).await;
+    }
+
+    /// The next thing the device receives.
+    pub async fn recv(&mut self) -> Received {
+        match next_frame(&mut self.ws).await {
+            WsFrame::Binary(bytes) => {
+                let plain = self.transport.read_message(&bytes).expect("decrypt");
+                match Frame::decode(&plain, Direction::HostToDevice).expect("frame") {
+                    Frame::Data(bytes) => {
+                        self.output.extend_from_slice(bytes);
+                        Received::Data(bytes.to_vec())
+                    }
+                    Frame::Exit(code) => Received::Exit(code),
+                    Frame::ReplayBegin => Received::ReplayBegin,
+                    Frame::ReplayEnd => Received::ReplayEnd,
+                    other => panic!("unexpected frame {other:?}"),
+                }
+            }
+            WsFrame::Close(code, reason) => Received::Closed(code, reason),
+            other => panic!("unexpected message {other:?}"),
+        }
+    }
+
+    /// Reads until the output contains `needle`; panics on an exit or close.
+    pub async fn expect_output(&mut self, needle: &str) {
+        while !String::from_utf8_lossy(&self.output).contains(needle) {
+            match self.recv().await {
+                // A replay is output too.
+                Received::Data(_) | Received::ReplayBegin | Received::ReplayEnd => {}
+                other => panic!(
+                    "expected {needle:?}, got {other:?}; output so far: {:?}",
+                    String::from_utf8_lossy(&self.output)
+                ),
+            }
+        }
+    }
+
+    /// Reads until the exit frame; its code.
+    pub async fn expect_exit(&mut self) -> i32 {
+        loop {
+            match self.recv().await {
+                Received::Data(_) => {}
+                Received::Exit(code) => return code,
+                other => panic!("expected the exit frame, got {other:?}"),
+            }
+        }
+    }
+
+    /// Reads until the close frame; its code and text.
+    pub async fn expect_close(&mut self) -> (u16, String) {
+        loop {
+            if let Received::Closed(code, reason) = self.recv().await {
+                return (code, reason);
+            }
+        }
+    }
+}

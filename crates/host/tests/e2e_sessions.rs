@@ -1,0 +1,912 @@
+//! The host service end to end (issue 6): the real server, `bothy-host pair`,
+//! `bothy-host supervise` with real OS users, and a test device speaking the
+//! real protocol. See `e2e_common` for the harness.
+
+#[path = "../../server/tests/hosts_common/mod.rs"]
+mod hosts_common;
+#[path = "../../server/tests/identity_common/mod.rs"]
+mod identity_common;
+#[path = "../../server/tests/support/mod.rs"]
+#[allow(unused_macros, unused_imports)]
+mod support;
+#[path = "../../server/tests/terminal_common/mod.rs"]
+mod terminal_common;
+#[path = "support/users.rs"]
+#[allow(dead_code)]
+mod users;
+
+mod e2e_common;
+
+use std::process::Command;
+
+use bothy_noise::{EphemeralKey, Initiator};
+use bothy_proto::frame::{Frame, TerminalSize};
+use bothy_proto::jws::{Att, Ed25519SigningKey, TerminalSessionClaims, ephemeral_key_hash};
+use bothy_server::db::Engine;
+use e2e_common::{DeviceSession, Options, Received, Scenario, refused};
+use hosts_common::{Person, invited_person};
+use identity_common::post_empty;
+use serde_json::json;
+
+/// The row of a session in the server's database: state and close_reason.
+async fn session_row(scenario: &Scenario, session_id: uuid::Uuid) -> (String, Option<String>) {
+    let row: (String, Option<String>) =
+        sqlx::query_as("SELECT state, close_reason FROM terminal_sessions WHERE id = $1")
+            .bind(session_id.to_string())
+            .fetch_one(scenario.server.db().db.pool())
+            .await
+            .expect("the session row");
+    row
+}
+
+/// Waits (bounded) until the session row is closed; its close_reason.
+async fn closed_reason(scenario: &Scenario, session_id: uuid::Uuid) -> String {
+    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
+    loop {
+        let (state, reason) = session_row(scenario, session_id).await;
+        if state == "closed" {
+            return reason.expect("a closed session has a reason");
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the session never closed (state {state}); host log:\n{}",
+            scenario.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// A shell runs as the session user of the person; `exit 3` gives the exit
+/// frame 3 and the session ends process_exited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_runs_as_the_session_user_and_its_exit_code_arrives() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let mut device = scenario.open_shell().await;
+    // The echo of the typed line shows `$(id -un)` literally; only the
+    // shell's output has the name between the brackets.
+    device.type_text("echo \"USER=[$(id -un)]\"\n").await;
+    device
+        .expect_output(&format!("USER=[{}]", scenario.users[0].name))
+        .await;
+    // TM-T06, host part: a canary through the session appears in no log line
+    // of supervise, the helper or the service (debug level), and in no file
+    // of the state directory.
+    device.type_text("echo CANARY-7f3a9$((1+1))\n").await;
+    device.expect_output("CANARY-7f3a92").await;
+    device.type_text("exit 3\n").await;
+    assert_eq!(device.expect_exit().await, 3);
+    let (code, reason) = device.expect_close().await;
+    assert_eq!((code, reason.as_str()), (4100, "process_exited"));
+    assert_eq!(
+        closed_reason(&scenario, device.session_id).await,
+        "process_exited"
+    );
+    assert!(
+        !scenario.log().contains("CANARY-7f3a9"),
+        "the canary is in the host log"
+    );
+    for entry in std::fs::read_dir(&scenario.state_dir)
+        .expect("state dir")
+        .flatten()
+    {
+        if entry.path().is_file() {
+            let bytes = std::fs::read(entry.path()).expect("state file");
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains("CANARY-7f3a9"),
+                "the canary is in the state directory"
+            );
+        }
+    }
+}
+
+fn size() -> TerminalSize {
+    TerminalSize::new(100, 30).expect("size")
+}
+
+/// Starts two background processes that leave the shell's session and
+/// process group (`setsid`, `nohup ... &`) and waits until they run.
+async fn start_background(device: &mut DeviceSession) {
+    device
+        .type_text("setsid sleep 1000 & nohup sleep 1001 >/dev/null 2>&1 & echo BG\"\"OK\n")
+        .await;
+    device.expect_output("BGOK").await;
+}
+
+/// Reattach replays the scrollback between replay_begin and replay_end, then
+/// goes live; a wrapped buffer replays from after its first line feed (6.2).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reattach_replays_the_scrollback_even_after_it_wrapped() {
+    let scenario = Scenario::start(
+        Engine::Sqlite,
+        Options {
+            extra_host_yaml: "  scrollback_bytes: 4096\n".into(),
+            ..Options::default()
+        },
+    )
+    .await;
+    let mut device = scenario.open_shell().await;
+    device
+        .type_text("for i in $(seq 1 1000); do echo line-$i; done; echo DO\"\"NE\n")
+        .await;
+    device.expect_output("DONE").await;
+    let session_id = device.session_id;
+    // The device goes away: the session is detached, the PTY keeps running.
+    drop(device);
+    scenario.wait_state(session_id, "detached").await;
+    let mut again = scenario.attach(&scenario.owner, session_id, size()).await;
+    assert_eq!(again.recv().await, Received::ReplayBegin);
+    let mut replay = Vec::new();
+    loop {
+        match again.recv().await {
+            Received::Data(bytes) => replay.extend_from_slice(&bytes),
+            Received::ReplayEnd => break,
+            other => panic!("unexpected {other:?} in the replay"),
+        }
+    }
+    let text = String::from_utf8_lossy(&replay);
+    assert!(replay.len() <= 4096, "at most the buffer: {}", replay.len());
+    assert!(
+        text.starts_with("line-"),
+        "a wrapped buffer starts after a line feed: {text:?}"
+    );
+    assert!(
+        text.contains("line-1000\r\n") && text.contains("DONE"),
+        "{text:?}"
+    );
+    again.output.clear();
+    again.type_text("echo LI\"\"VE\n").await;
+    again.expect_output("LIVE").await;
+}
+
+/// TM-T03: a relay that replays message 1 (the same token) on a new data
+/// connection gets 4101 token_replayed, no second PTY, and the session stays
+/// attachable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t03_a_replayed_message_1_is_token_replayed_and_starts_no_pty() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let mut device = scenario.open_shell().await;
+    device.type_text("echo UP\"\"1\n").await;
+    device.expect_output("UP1").await;
+    let session_id = device.session_id;
+    let old_message1 = device.message1.clone();
+    let processes = scenario.session_processes(0).len();
+    drop(device);
+    scenario.wait_state(session_id, "detached").await;
+    // A new grant (attach) makes the host open a new data connection; the
+    // "relay" sends the old message 1 on it.
+    let (_grant, _key) = scenario.attach_raw(&scenario.owner, session_id).await;
+    let mut ws = scenario.device_stream(&scenario.owner, session_id).await;
+    assert_eq!(
+        refused(&mut ws, old_message1).await,
+        (4101, "token_replayed".to_owned())
+    );
+    assert_eq!(
+        scenario.session_processes(0).len(),
+        processes,
+        "no second PTY"
+    );
+    // The live PTY stays detached and attachable.
+    scenario.wait_state(session_id, "detached").await;
+    let mut again = scenario.attach(&scenario.owner, session_id, size()).await;
+    again.type_text("echo UP\"\"2\n").await;
+    again.expect_output("UP2").await;
+}
+
+/// TM-T04 end to end for what a device or relay can forge: a token signed by
+/// a foreign key, the token of another session (sid), the right token with
+/// another ephemeral key (cek) — each 4104 token_invalid and no PTY; the
+/// opening ends open_failed. The remaining claims (aud, typ, exp) are covered
+/// by the check-order tests of `data::checks`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t04_forged_tokens_are_token_invalid_and_start_no_pty() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let host_id = scenario.host_uuid();
+    // 1. The right token, message 1 with another ephemeral key.
+    let (grant, _key) = scenario.open_raw(&scenario.owner, "shell").await;
+    let mut ws = scenario
+        .device_stream(&scenario.owner, grant.session_id)
+        .await;
+    let other = EphemeralKey::generate().expect("key");
+    let mut initiator =
+        Initiator::with_ephemeral(grant.session_id, host_id, &grant.noise_public_key, other)
+            .expect("initiator");
+    let message1 = initiator
+        .write_message1(grant.token.as_bytes())
+        .expect("m1");
+    assert_eq!(
+        refused(&mut ws, message1).await,
+        (4104, "token_invalid".to_owned())
+    );
+    assert_eq!(
+        scenario.closed(grant.session_id).await,
+        ("open_failed".to_owned(), Some("token_invalid".to_owned()))
+    );
+    // 2. A token signed by a key the server never published (foreign kid).
+    let (grant, key) = scenario.open_raw(&scenario.owner, "shell").await;
+    let mut ws = scenario
+        .device_stream(&scenario.owner, grant.session_id)
+        .await;
+    let foreign = Ed25519SigningKey::generate().expect("key");
+    let forged = TerminalSessionClaims {
+        iss: "forged".into(),
+        aud: host_id,
+        sub: uuid::Uuid::parse_str(scenario.owner.id()).expect("uuid"),
+        sid: grant.session_id,
+        jti: uuid::Uuid::from_u128(7),
+        iat: e2e_common::real_now_ms() / 1000,
+        exp: e2e_common::real_now_ms() / 1000 + 30,
+        dev: uuid::Uuid::from_u128(8),
+        prf: "shell".into(),
+        cek: ephemeral_key_hash(&key.public()),
+        own: true,
+        osu: scenario.users[0].name.clone(),
+        wdi: None,
+        att: Att::Open,
+    }
+    .sign(&foreign);
+    let mut initiator =
+        Initiator::with_ephemeral(grant.session_id, host_id, &grant.noise_public_key, key)
+            .expect("initiator");
+    let message1 = initiator.write_message1(forged.as_bytes()).expect("m1");
+    assert_eq!(
+        refused(&mut ws, message1).await,
+        (4104, "token_invalid".to_owned())
+    );
+    // 3. The token of another session on this session's stream (sid).
+    let (first, first_key) = scenario.open_raw(&scenario.owner, "shell").await;
+    let (second, _) = scenario.open_raw(&scenario.owner, "shell").await;
+    let mut ws = scenario
+        .device_stream(&scenario.owner, second.session_id)
+        .await;
+    let mut initiator = Initiator::with_ephemeral(
+        second.session_id,
+        host_id,
+        &second.noise_public_key,
+        first_key,
+    )
+    .expect("initiator");
+    let message1 = initiator
+        .write_message1(first.token.as_bytes())
+        .expect("m1");
+    assert_eq!(
+        refused(&mut ws, message1).await,
+        (4104, "token_invalid".to_owned())
+    );
+    assert!(scenario.session_processes(0).is_empty(), "no PTY started");
+}
+
+/// TM-T05: messages 1 and 2 complete, but no start: no PTY; the opening ends
+/// open_failed with open_timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t05_without_start_no_pty_starts() {
+    let scenario = Scenario::start(
+        Engine::Sqlite,
+        Options {
+            extra_terminal_yaml: "  open_timeout: 2s\n  sweep_interval: 1s\n".into(),
+            ..Options::default()
+        },
+    )
+    .await;
+    let host_id = scenario.host_uuid();
+    let (grant, key) = scenario.open_raw(&scenario.owner, "shell").await;
+    let mut ws = scenario
+        .device_stream(&scenario.owner, grant.session_id)
+        .await;
+    let mut initiator =
+        Initiator::with_ephemeral(grant.session_id, host_id, &grant.noise_public_key, key)
+            .expect("initiator");
+    let message1 = initiator
+        .write_message1(grant.token.as_bytes())
+        .expect("m1");
+    use futures_util::SinkExt;
+    ws.send(tokio_tungstenite::tungstenite::Message::binary(message1))
+        .await
+        .expect("sent");
+    let message2 = match terminal_common::host_data::next_frame(&mut ws).await {
+        terminal_common::host_data::Frame::Binary(bytes) => bytes,
+        other => panic!("expected message 2, got {other:?}"),
+    };
+    initiator.read_message2(&message2).expect("message 2 reads");
+    // No start.
+    let (reason, detail) = scenario.closed(grant.session_id).await;
+    assert_eq!(
+        (reason.as_str(), detail.as_deref()),
+        ("open_failed", Some("open_timeout"))
+    );
+    assert!(scenario.session_processes(0).is_empty(), "no PTY started");
+}
+
+/// Opens a shell as `person` (session user `index`) with two background
+/// processes, runs `revoke`, and checks the device's 4100 with `reason`, the
+/// stored close_reason, and that nothing of the session survives.
+async fn revoked<F, Fut>(
+    scenario: &Scenario,
+    person: &Person,
+    index: usize,
+    reason: &str,
+    revoke: F,
+) where
+    F: FnOnce(uuid::Uuid) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut device = scenario.open_as(person, "shell", size()).await;
+    start_background(&mut device).await;
+    assert!(
+        scenario.session_processes(index).len() >= 3,
+        "the shell and two sleeps run"
+    );
+    revoke(device.session_id).await;
+    assert_eq!(
+        device.expect_close().await,
+        (4100, reason.to_owned()),
+        "{reason}"
+    );
+    assert_eq!(scenario.closed(device.session_id).await.0, reason);
+    scenario.wait_no_session_processes(index).await;
+}
+
+/// TM-T10 on the host: every revocation the server offers ends the session,
+/// its PTY and every background process that left the shell's session
+/// (setsid, nohup), with the right close_reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t10_revocations_end_the_pty_and_its_background_processes() {
+    let scenario = Scenario::start(
+        Engine::Sqlite,
+        Options {
+            session_users: 2,
+            ..Options::default()
+        },
+    )
+    .await;
+    let server = &scenario.server;
+    // A second owner with the second session user (the server host admits
+    // only owners, SR10).
+    let mut alice = invited_person(server, &scenario.owner, "alice", "owner", 2).await;
+    assign(&scenario, &alice, 1).await;
+    // logout
+    revoked(&scenario, &alice, 1, "logout", |_| async {
+        let reply = post_empty(server, "/api/v1/auth/logout", alice.token()).await;
+        assert!(reply.status.is_success(), "{:?}", reply.body);
+    })
+    .await;
+    // device revoked
+    alice.session = alice.enrolled.login(server, 4).await;
+    let device_id = alice.session.device_id.clone();
+    revoked(&scenario, &alice, 1, "device_revoked", |_| async {
+        let path = format!("/api/v1/devices/{device_id}/revoke");
+        let reply = post_empty(server, &path, scenario.owner.token()).await;
+        assert!(reply.status.is_success(), "{:?}", reply.body);
+    })
+    .await;
+    // login session revoked (from another login session of the same person)
+    let other = alice.enrolled.login(server, 5).await;
+    alice.session = alice.enrolled.login(server, 6).await;
+    let revoked_login = alice.session.login_session_id.clone();
+    revoked(&scenario, &alice, 1, "session_revoked", |_| async {
+        let path = format!("/api/v1/auth/sessions/{revoked_login}/revoke");
+        let reply = post_empty(server, &path, &other.token).await;
+        assert!(reply.status.is_success(), "{:?}", reply.body);
+    })
+    .await;
+    alice.session = other;
+    // closed by an owner
+    let owner_token = scenario.owner.token().to_owned();
+    revoked(
+        &scenario,
+        &alice,
+        1,
+        "closed_by_owner",
+        |session_id| async move {
+            let path = format!("/api/v1/terminal/sessions/{session_id}/close");
+            let reply = post_empty(server, &path, &owner_token).await;
+            assert!(reply.status.is_success(), "{:?}", reply.body);
+        },
+    )
+    .await;
+    // the owner role removed: on the server host only owners (SR10)
+    revoked(&scenario, &alice, 1, "access_revoked", |_| async {
+        set_role(&scenario, &alice, "member").await;
+    })
+    .await;
+    set_role(&scenario, &alice, "owner").await;
+    // I6: the declaration becomes personal with another holder (7.3)
+    revoked(&scenario, &alice, 1, "i6_violation", |_| async {
+        set_declaration(&scenario, "personal", Some(scenario.owner.id())).await;
+    })
+    .await;
+    set_declaration(&scenario, "none", None).await;
+    // the person disabled
+    revoked(&scenario, &alice, 1, "user_disabled", |_| async {
+        let disabled = bothy_server::identity::admin::disable(
+            server.state.db(),
+            bothy_server::clock::Clock::now_ms(&*server.clock),
+            "alice",
+        )
+        .await
+        .expect("disabled");
+        assert!(disabled.changed);
+    })
+    .await;
+    // the assignment of the session user ended (SR12)
+    revoked(&scenario, &scenario.owner, 0, "access_revoked", |_| async {
+        end_assignment(&scenario, scenario.owner.id()).await;
+    })
+    .await;
+}
+
+/// TM-T10, host state: the owner disables the host; the host service (4111)
+/// ends every PTY and keeps trying with the cap; enabled again, it logs in and
+/// sessions open again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t10_disabling_the_host_ends_the_pty_and_its_background_processes() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    revoked(&scenario, &scenario.owner, 0, "host_disabled", |_| async {
+        set_state(&scenario, "disabled").await;
+    })
+    .await;
+    assert!(
+        scenario.log().contains("close_code=4111"),
+        "{}",
+        scenario.log()
+    );
+    set_state(&scenario, "active").await;
+    scenario.wait_connected().await;
+    let mut device = scenario.open_shell().await;
+    device.type_text("echo BA\"\"CK\n").await;
+    device.expect_output("BACK").await;
+}
+
+/// TM-T10, re-pairing: the session ends host_rekeyed with its processes, and
+/// the host service, refused with 4110, stops with 78 and is not restarted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t10_re_pairing_ends_the_sessions_and_stops_the_service() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    revoked(&scenario, &scenario.owner, 0, "host_rekeyed", |_| async {
+        hosts_common::new_pairing_code(&scenario.server, &scenario.owner, &scenario.host_id).await;
+    })
+    .await;
+    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
+    while !scenario.log().contains("status=78") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the service did not stop with 78:\n{}",
+            scenario.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        scenario.log().contains("not restarted"),
+        "{}",
+        scenario.log()
+    );
+}
+
+/// setHostLlmCredentials by the first owner.
+async fn set_declaration(scenario: &Scenario, llm: &str, holder: Option<&str>) {
+    let owner = &scenario.owner;
+    let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
+    let etag = hosts_common::etag_of(&host);
+    let step_up_id = hosts_common::step_up(&scenario.server, owner).await;
+    let mut body = json!({"llm_credentials": llm, "reason": "test", "step_up_id": step_up_id});
+    if let Some(holder) = holder {
+        body["credential_holder_id"] = json!(holder);
+    }
+    let reply = hosts_common::send(
+        &scenario.server,
+        reqwest::Method::PUT,
+        &format!("/api/v1/hosts/{}/llm-credentials", scenario.host_id),
+        Some(owner.token()),
+        Some(&body),
+        &[("If-Match", &etag)],
+    )
+    .await;
+    assert_eq!(
+        reply.status.as_u16(),
+        200,
+        "declaration {llm}: {:?}",
+        reply.body
+    );
+}
+
+/// `POST /api/v1/persons/{id}/role` by the first owner.
+async fn set_role(scenario: &Scenario, person: &Person, role: &str) {
+    let step_up_id = hosts_common::step_up(&scenario.server, &scenario.owner).await;
+    let reply = identity_common::post(
+        &scenario.server,
+        &format!("/api/v1/persons/{}/role", person.id()),
+        Some(scenario.owner.token()),
+        json!({"role": role, "reason": "test", "step_up_id": step_up_id}),
+    )
+    .await;
+    assert!(reply.status.is_success(), "role {role}: {:?}", reply.body);
+}
+
+/// updateHost `end_session_users` for `person_id` by the first owner.
+async fn end_assignment(scenario: &Scenario, person_id: &str) {
+    let owner = &scenario.owner;
+    let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
+    let etag = hosts_common::etag_of(&host);
+    let step_up_id = hosts_common::step_up(&scenario.server, owner).await;
+    let reply = hosts_common::send(
+        &scenario.server,
+        reqwest::Method::PATCH,
+        &format!("/api/v1/hosts/{}", scenario.host_id),
+        Some(owner.token()),
+        Some(
+            &json!({"end_session_users": [person_id], "reason": "test", "step_up_id": step_up_id}),
+        ),
+        &[("If-Match", &etag)],
+    )
+    .await;
+    assert_eq!(
+        reply.status.as_u16(),
+        200,
+        "end assignment: {:?}",
+        reply.body
+    );
+}
+
+/// Gives `person` the session user `index` (the owner keeps the first).
+async fn assign(scenario: &Scenario, person: &Person, index: usize) {
+    let owner = &scenario.owner;
+    let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
+    let etag = hosts_common::etag_of(&host);
+    let step_up_id = hosts_common::step_up(&scenario.server, owner).await;
+    let reply = hosts_common::send(
+        &scenario.server,
+        reqwest::Method::PATCH,
+        &format!("/api/v1/hosts/{}", scenario.host_id),
+        Some(owner.token()),
+        Some(&json!({
+            "assign_session_users": [{"user_id": person.id(), "os_user": scenario.users[index].name}],
+            "reason": "test",
+            "step_up_id": step_up_id,
+        })),
+        &[("If-Match", &etag)],
+    )
+    .await;
+    assert_eq!(reply.status.as_u16(), 200, "assign: {:?}", reply.body);
+}
+
+/// updateHost `state` by the owner.
+async fn set_state(scenario: &Scenario, state: &str) {
+    let owner = &scenario.owner;
+    let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
+    let etag = hosts_common::etag_of(&host);
+    let step_up_id = hosts_common::step_up(&scenario.server, owner).await;
+    let reply = hosts_common::send(
+        &scenario.server,
+        reqwest::Method::PATCH,
+        &format!("/api/v1/hosts/{}", scenario.host_id),
+        Some(owner.token()),
+        Some(&json!({"state": state, "reason": "test", "step_up_id": step_up_id})),
+        &[("If-Match", &etag)],
+    )
+    .await;
+    assert_eq!(
+        reply.status.as_u16(),
+        200,
+        "state {state}: {:?}",
+        reply.body
+    );
+}
+
+/// TM-T16, host part: `bothy-host restart` during a session with a background
+/// process ends the session with host_restarted, leaves no process behind,
+/// and the session cannot be attached any more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t16_a_restart_of_the_host_service_ends_its_sessions() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let mut device = scenario.open_shell().await;
+    start_background(&mut device).await;
+    let restarted = Command::new(e2e_common::bothy_host())
+        .arg("--config")
+        .arg(&scenario.config_path)
+        .arg("restart")
+        .output()
+        .expect("bothy-host restart runs");
+    assert!(
+        restarted.status.success(),
+        "restart: {}",
+        String::from_utf8_lossy(&restarted.stderr)
+    );
+    assert_eq!(scenario.closed(device.session_id).await.0, "host_restarted");
+    scenario.wait_no_session_processes(0).await;
+    let step_up_id = hosts_common::step_up(&scenario.server, &scenario.owner).await;
+    let reply = identity_common::post(
+        &scenario.server,
+        &format!("/api/v1/terminal/sessions/{}/attach", device.session_id),
+        Some(scenario.owner.token()),
+        json!({
+            "client_ephemeral_key_hash": bothy_proto::b64::encode(&[1u8; 32]),
+            "step_up_id": step_up_id,
+        }),
+    )
+    .await;
+    assert!(
+        reply.status.is_client_error(),
+        "attach after the restart: {:?}",
+        reply.body
+    );
+    scenario.wait_connected().await;
+}
+
+/// TM-T22: a session cannot read the state directory or the key file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t22_a_session_cannot_read_the_state_directory() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let keys = std::fs::read_to_string(scenario.state_dir.join("keys")).expect("root reads it");
+    let mut device = scenario.open_shell().await;
+    let state = scenario.state_dir.display().to_string();
+    device
+        .type_text(&format!(
+            "cat {state}/keys; ls {state}; cat {state}/pairing.json; echo T22\"\"END\n"
+        ))
+        .await;
+    device.expect_output("T22END").await;
+    let output = String::from_utf8_lossy(&device.output).into_owned();
+    assert_eq!(output.matches("Permission denied").count(), 3, "{output:?}");
+    for secret in keys.split('"').filter(|part| part.len() > 40) {
+        assert!(!output.contains(secret), "key material reached the session");
+    }
+}
+
+/// TM-T28 (c): a token whose osu the host already gave to another person
+/// (the assignment changed in the database, bypassing the server's rule):
+/// 4104 session_user_mismatch, no PTY.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t28_c_a_session_user_bound_to_another_person_is_refused() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    // The owner's first opening binds the session user to the owner.
+    let mut device = scenario.open_shell().await;
+    device.type_text("exit 0\n").await;
+    assert_eq!(device.expect_exit().await, 0);
+    scenario.closed(device.session_id).await;
+    // Another owner; the database gives them the same session user.
+    let other = invited_person(&scenario.server, &scenario.owner, "bob", "owner", 3).await;
+    sqlx::query("UPDATE host_session_users SET person_id = $1 WHERE host_id = $2")
+        .bind(other.id())
+        .bind(&scenario.host_id)
+        .execute(scenario.server.db().db.pool())
+        .await
+        .expect("assignment moved in the database");
+    let (grant, key) = scenario.open_raw(&other, "shell").await;
+    let mut ws = scenario.device_stream(&other, grant.session_id).await;
+    let mut initiator = Initiator::with_ephemeral(
+        grant.session_id,
+        scenario.host_uuid(),
+        &grant.noise_public_key,
+        key,
+    )
+    .expect("initiator");
+    let message1 = initiator
+        .write_message1(grant.token.as_bytes())
+        .expect("m1");
+    assert_eq!(
+        refused(&mut ws, message1).await,
+        (4104, "session_user_mismatch".to_owned())
+    );
+    assert!(scenario.session_processes(0).is_empty(), "no PTY started");
+    let _ = Frame::Close;
+}
+
+/// A CONNECT proxy for the test: answers `CONNECT host:port` with 200 and
+/// relays the bytes; counts the tunnels it made.
+async fn connect_proxy() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let address = listener.local_addr().expect("address");
+    let tunnels = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&tunnels);
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut client, _)) = listener.accept().await else {
+                return;
+            };
+            let counted = std::sync::Arc::clone(&counted);
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+                    if client.read_exact(&mut byte).await.is_err() {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let Some(target) = text
+                    .lines()
+                    .next()
+                    .and_then(|line| line.strip_prefix("CONNECT "))
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned)
+                else {
+                    let _ = client
+                        .write_all(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+                        .await;
+                    return;
+                };
+                let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else {
+                    let _ = client.write_all(b"HTTP/1.1 502 Bad Gateway\r\n\r\n").await;
+                    return;
+                };
+                counted.fetch_add(1, Ordering::SeqCst);
+                if client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    (format!("http://{address}"), tunnels)
+}
+
+/// 3.5 "Host service": the proxy from the environment: pair, the control
+/// connection and the data connections all go through the CONNECT proxy of
+/// `HTTPS_PROXY`, with TLS to the server inside the tunnel.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_connection_goes_through_the_proxy_of_the_environment() {
+    let (proxy, tunnels) = connect_proxy().await;
+    let scenario = Scenario::start(
+        Engine::Sqlite,
+        Options {
+            https_proxy: Some(proxy),
+            ..Options::default()
+        },
+    )
+    .await;
+    // pair + the control connection.
+    let before = tunnels.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        before >= 2,
+        "pair and the control connection were tunnelled: {before}"
+    );
+    let mut device = scenario.open_shell().await;
+    device.type_text("echo PRO\"\"XY\n").await;
+    device.expect_output("PROXY").await;
+    assert!(
+        tunnels.load(std::sync::atomic::Ordering::SeqCst) > before,
+        "the data connection was tunnelled"
+    );
+}
+
+/// `bothy-host doctor` while the service runs (2.2 "Output on the host"): the
+/// full run happens in the service over admin.sock. Passing: exit 0, the
+/// service keeps running. Then a violation that refuses the start (HD4: the
+/// state directory opened to the group; a violation of this scenario only,
+/// unlike a listable home, which every concurrent scenario's HD9 would see):
+/// the command names it and exits non-zero, the service reports the result to
+/// the server, ends its sessions and exits 78, and the service manager does
+/// not restart it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doctor_through_the_running_service() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let doctor = || {
+        Command::new(e2e_common::bothy_host())
+            .arg("--config")
+            .arg(&scenario.config_path)
+            .arg("doctor")
+            .output()
+            .expect("bothy-host doctor runs")
+    };
+    let passed = doctor();
+    let text = String::from_utf8_lossy(&passed.stdout).into_owned();
+    assert!(
+        passed.status.success(),
+        "doctor: {text}{}",
+        String::from_utf8_lossy(&passed.stderr)
+    );
+    assert!(text.contains("hd1_user"), "{text}");
+    let mut device = scenario.open_shell().await;
+    start_background(&mut device).await;
+    std::fs::set_permissions(
+        &scenario.state_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o750),
+    )
+    .expect("chmod");
+    let refused = doctor();
+    let text = String::from_utf8_lossy(&refused.stdout).into_owned();
+    assert!(!refused.status.success(), "doctor fails: {text}");
+    assert!(text.contains("state_dir_mode"), "{text}");
+    scenario.wait_no_session_processes(0).await;
+    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
+    while !scenario.log().contains("status=78") {
+        assert!(tokio::time::Instant::now() < deadline, "{}", scenario.log());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(
+        scenario.log().contains("not restarted"),
+        "{}",
+        scenario.log()
+    );
+    wait_reported(&scenario, "state_dir_mode").await;
+}
+
+/// A refused start (2.2 "Message on a refused start", D-M2-42-14; HD4 here):
+/// the
+/// service logs in with empty live_sessions, sends exactly one report, closes
+/// and exits 78; the service manager does not restart it; the server shows the
+/// result while the host stays disconnected. After the fix, `bothy-host
+/// restart` starts it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_start_reports_once_exits_78_and_waits_for_restart() {
+    let mut scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    scenario.stop_service();
+    // HD4: the state directory open to the group (this scenario's own finding).
+    let state_dir = scenario.state_dir.clone();
+    std::fs::set_permissions(
+        &state_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o750),
+    )
+    .expect("chmod");
+    scenario.start_service();
+    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
+    while !scenario.log().contains("status=78") {
+        assert!(tokio::time::Instant::now() < deadline, "{}", scenario.log());
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let log = scenario.log();
+    assert!(log.contains("not restarted"), "{log}");
+    assert_eq!(
+        log.matches("doctor refuses the start;").count(),
+        1,
+        "one refusal, one report, no restart: {log}"
+    );
+    wait_reported(&scenario, "state_dir_mode").await;
+    assert!(
+        !scenario
+            .server
+            .state
+            .control_links()
+            .is_connected(scenario.host_uuid()),
+        "a refused start accepts no session"
+    );
+    // Fixed, then bothy-host restart: the service runs again.
+    std::fs::set_permissions(
+        &state_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .expect("chmod");
+    let restarted = Command::new(e2e_common::bothy_host())
+        .arg("--config")
+        .arg(&scenario.config_path)
+        .arg("restart")
+        .output()
+        .expect("bothy-host restart runs");
+    assert!(
+        restarted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&restarted.stderr)
+    );
+    scenario.wait_connected().await;
+}
+
+/// Waits (bounded) until the server stored a report whose doctor entries
+/// contain `code`; the stored entries.
+async fn wait_reported(scenario: &Scenario, code: &str) -> String {
+    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
+    loop {
+        let reported: Option<String> =
+            sqlx::query_scalar("SELECT reported_doctor FROM hosts WHERE id = $1")
+                .bind(&scenario.host_id)
+                .fetch_one(scenario.server.db().db.pool())
+                .await
+                .expect("reported_doctor");
+        if let Some(reported) = reported.filter(|r| r.contains(code)) {
+            return reported;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no report with {code}; host log:\n{}",
+            scenario.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}

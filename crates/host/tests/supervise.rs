@@ -1,0 +1,310 @@
+//! `bothy-host supervise` and `bothy-host restart` with real users and
+//! processes (DESIGN §4; 2.2 items 1–3, 6.5, D-M2-42-14).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod helper_common;
+mod support;
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use bothy_host::channel::StartProgram;
+use bothy_host::manager;
+use helper_common::{Supervised, poll, processes_of};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+fn signal(pid: u32, signal: Signal) {
+    kill(Pid::from_raw(pid as i32), signal).unwrap();
+}
+
+fn cgroup_of(pid: u32) -> String {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    bothy_host::helper::cgroup::parse_own_cgroup(&text).unwrap()
+}
+
+fn uid_of(pid: u32) -> u32 {
+    fs::metadata(format!("/proc/{pid}")).unwrap().uid()
+}
+
+fn restart(sup: &Supervised) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_bothy-host"))
+        .arg("--config")
+        .arg(&sup.config)
+        .arg("restart")
+        .output()
+        .unwrap()
+}
+
+/// Waits until `pred` has held for the whole `span`: for "does not happen".
+fn stays(span: Duration, mut pred: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + span;
+    while Instant::now() < end {
+        if !pred() {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    pred()
+}
+
+#[test]
+fn supervise_lays_out_folders_endpoints_cgroups_and_users_like_the_units() {
+    let sup = Supervised::start(2);
+    let run = &sup.runtime_dir;
+    for folder in [run.clone(), run.join("helper"), run.join("pids")] {
+        let m = fs::symlink_metadata(&folder).unwrap();
+        assert!(m.is_dir());
+        assert_eq!(
+            (m.uid(), m.gid(), m.mode() & 0o777),
+            (0, 0, 0o755),
+            "{}",
+            folder.display()
+        );
+    }
+    let service = sup.service_pid();
+    assert_eq!(uid_of(service), sup.service_user.uid);
+    assert!(
+        cgroup_of(service).ends_with("/service"),
+        "{}",
+        cgroup_of(service)
+    );
+    let supervise = sup.child.as_ref().unwrap().id();
+    assert!(cgroup_of(supervise).ends_with(&format!("/bothy-host-{supervise}/supervise")));
+    assert_eq!(
+        manager::read_record(run, &manager::supervise_record(run)).unwrap(),
+        supervise
+    );
+
+    for user in &sup.users {
+        let helper = sup.helper_pid(user);
+        assert_eq!(uid_of(helper), user.uid);
+        let status = fs::read_to_string(format!("/proc/{helper}/status")).unwrap();
+        let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap();
+        assert!(
+            groups.split_whitespace().any(|g| g == user.gid.to_string()),
+            "{groups}"
+        );
+        let record = manager::helper_record(run, &user.name);
+        let m = fs::metadata(&record).unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o777), (0, 0o644));
+        // The delegated subtree belongs to the session user; the helper sits in its leaf.
+        let cgroup = sup.helper_cgroup(user);
+        assert!(cgroup.ends_with(format!("helper@{}", user.name)));
+        for entry in [
+            "",
+            "cgroup.procs",
+            "cgroup.threads",
+            "cgroup.subtree_control",
+        ] {
+            assert_eq!(
+                fs::metadata(cgroup.join(entry)).unwrap().uid(),
+                user.uid,
+                "{entry}"
+            );
+        }
+        assert!(cgroup_of(helper).ends_with(&format!("helper@{}/helper", user.name)));
+        // Socket activation with the listening socket as descriptor 3.
+        let target = fs::read_link(format!("/proc/{helper}/fd/3")).unwrap();
+        assert!(target.to_string_lossy().starts_with("socket:"));
+    }
+
+    // The service's environment: from scratch, with the supervised marker.
+    poll("the stand-in service to be ready", || {
+        let cmdline = fs::read(format!("/proc/{service}/cmdline")).ok()?;
+        cmdline.starts_with(b"sleep").then_some(())
+    });
+    let env = fs::read_to_string(sup.dir.path().join(format!("svc/env.{service}"))).unwrap();
+    assert!(env.lines().any(|l| l == "BOTHY_HOST_SUPERVISED=1"), "{env}");
+    assert!(env.lines().any(|l| l.starts_with("BOTHY_HOST_TEST_DIR=")));
+    assert!(env.lines().any(|l| l == "BOTHY_HOST_LOG=debug"));
+    assert!(!env.contains("NOT_FOR_THE_SERVICE"), "{env}");
+    let args = fs::read_to_string(sup.dir.path().join(format!("svc/args.{service}"))).unwrap();
+    assert_eq!(
+        args.trim_end(),
+        format!("--config {} run", sup.config.display())
+    );
+    let groups = fs::read_to_string(format!("/proc/{service}/status")).unwrap();
+    let groups = groups.lines().find(|l| l.starts_with("Groups:")).unwrap();
+    assert_eq!(
+        groups.trim(),
+        "Groups:",
+        "the service has no supplementary groups"
+    );
+}
+
+#[test]
+fn a_missing_session_user_is_skipped_and_a_second_supervise_is_refused() {
+    let users = vec![support::users::TestUser::create("a")];
+    let sup = Supervised::start_with(users, &["btnosuchuser0"]);
+    assert!(!sup.runtime_dir.join("helper/btnosuchuser0.sock").exists());
+    assert!(
+        sup.log_text().contains("user_missing"),
+        "{}",
+        sup.log_text()
+    );
+    // The log names codes and indexes, not the missing name.
+    assert!(!sup.log_text().contains("btnosuchuser0"));
+    let second = sup.spawn_supervise().wait_with_output().unwrap();
+    assert_eq!(second.status.code(), Some(1));
+    assert!(sup.log_text().contains("supervise_running"));
+}
+
+#[tokio::test]
+async fn a_crashed_helper_restarts_with_a_new_pid_and_its_ptys_die_with_it() {
+    let sup = Supervised::start(1);
+    let user = sup.user(0);
+    let helper_cgroup = sup.helper_cgroup(user);
+    let _main = sup.main(user).await;
+    let mut s = sup.session(user, StartProgram::Shell, (80, 24)).await;
+    s.type_text("nohup sleep 1041 >/dev/null 2>&1 & printf 'C:%s:\\n' ok\n")
+        .await;
+    s.wait_for("C:ok:").await;
+    poll("the sleep", || {
+        (!processes_of(user.uid, "sleep 1041").is_empty()).then_some(())
+    });
+
+    let old = sup.helper_pid(user);
+    signal(old, Signal::SIGKILL);
+    let new = poll("a new helper", || {
+        let now = sup.helper_pid(user);
+        (now != old).then_some(now)
+    });
+    // Like systemd for a unit: the whole subtree of the crashed helper is gone.
+    assert!(processes_of(user.uid, "sleep 1041").is_empty());
+    assert!(!s.cgroup(&helper_cgroup).exists());
+    assert!(processes_of(user.uid, "-bash").is_empty());
+    // The new helper serves, and the peer check names it.
+    assert_eq!(sup.expectation(user).main_pid, new);
+    let _main = sup.main(user).await;
+    let mut again = sup.session(user, StartProgram::Shell, (80, 24)).await;
+    again.type_text("exit 0\n").await;
+    assert_eq!(again.exited().await, Some(0));
+}
+
+#[test]
+fn a_crashed_service_restarts_but_an_exit_78_stays_down_until_bothy_host_restart() {
+    let sup = Supervised::start(1);
+    let first = sup.service_pid();
+    // The record exists from the clone on; the script notes its start a moment later.
+    poll("the first start", || {
+        (!sup.service_starts().is_empty()).then_some(())
+    });
+    assert_eq!(sup.service_starts(), [first]);
+
+    // A crash (killed by a signal) restarts after the backoff.
+    signal(first, Signal::SIGKILL);
+    let second = poll("a restarted service", || {
+        let starts = sup.service_starts();
+        (starts.len() == 2).then(|| starts[1])
+    });
+    assert_eq!(sup.service_pid(), second);
+
+    // The next crash restarts into a refused start (78): no further start.
+    sup.set_service_exit(Some(bothy_host::EXIT_REFUSED_START));
+    signal(second, Signal::SIGKILL);
+    poll("the refused start", || {
+        (sup.service_starts().len() == 3).then_some(())
+    });
+    let record = manager::service_record(&sup.runtime_dir);
+    poll("its record to go", || (!record.exists()).then_some(()));
+    assert!(
+        stays(Duration::from_secs(2), || sup.service_starts().len() == 3),
+        "a service that exited 78 was started again"
+    );
+    assert!(sup.log_text().contains("not restarted (0 or 78)"));
+
+    // bothy-host restart starts it again, also after 78.
+    sup.set_service_exit(None);
+    let out = restart(&sup);
+    assert!(out.status.success(), "{out:?}\n{}", sup.log_text());
+    let fourth = sup.service_pid();
+    poll("the fourth start", || {
+        (sup.service_starts().len() == 4).then_some(())
+    });
+    assert_eq!(sup.service_starts()[3], fourth);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&fourth.to_string()));
+
+    // And a running service is stopped and started anew.
+    let out = restart(&sup);
+    assert!(out.status.success(), "{out:?}");
+    let fifth = sup.service_pid();
+    assert_ne!(fifth, fourth);
+    poll("the fifth start", || {
+        (sup.service_starts().len() == 5).then_some(())
+    });
+    // An exit 0 stays down too.
+    sup.set_service_exit(Some(0));
+    signal(fifth, Signal::SIGKILL);
+    poll("the start that exits 0", || {
+        (sup.service_starts().len() == 6).then_some(())
+    });
+    assert!(stays(Duration::from_secs(2), || sup.service_starts().len() == 6));
+}
+
+#[test]
+fn restart_without_supervise_or_systemd_fails_with_a_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    fs::write(
+        &config,
+        format!(
+            "host_service:\n  runtime_dir: {}\n",
+            dir.path().join("run").display()
+        ),
+    )
+    .unwrap();
+    assert!(
+        !std::path::Path::new("/run/systemd/system").exists(),
+        "this test expects a host without systemd"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_bothy-host"))
+        .arg("--config")
+        .arg(&config)
+        .arg("restart")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no bothy-host supervise runs"), "{stderr}");
+}
+
+#[tokio::test]
+async fn sigterm_stops_everything_and_removes_cgroups_endpoints_and_records() {
+    let mut sup = Supervised::start(2);
+    let supervise = sup.child.as_ref().unwrap().id();
+    let root = sup.helper_cgroup(sup.user(0)).parent().unwrap().to_owned();
+    assert!(root.ends_with(format!("bothy-host-{supervise}")));
+    let user = sup.user(0);
+    let _main = sup.main(user).await;
+    let mut s = sup.session(user, StartProgram::Shell, (80, 24)).await;
+    s.type_text("setsid sleep 1051 </dev/null >/dev/null 2>&1 & printf 'T:%s:\\n' ok\n")
+        .await;
+    s.wait_for("T:ok:").await;
+    let helpers: Vec<u32> = sup.users.iter().map(|u| sup.helper_pid(u)).collect();
+    let service = sup.service_pid();
+
+    let status = sup.stop();
+    assert_eq!(status.code(), Some(0), "{}", sup.log_text());
+    assert!(!root.exists(), "the cgroup subtree is removed");
+    for pid in helpers.iter().chain([&service]) {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "{pid} ended"
+        );
+    }
+    for user in &sup.users {
+        let left: Vec<String> = processes_of(user.uid, "")
+            .iter()
+            .map(|pid| fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default())
+            .collect();
+        assert!(left.is_empty(), "no process of a session user: {left:?}");
+        assert!(!sup.endpoint(user).exists());
+        assert!(!manager::helper_record(&sup.runtime_dir, &user.name).exists());
+    }
+    assert!(!manager::service_record(&sup.runtime_dir).exists());
+    assert!(!manager::supervise_record(&sup.runtime_dir).exists());
+}
