@@ -302,6 +302,20 @@ impl Config {
     }
 }
 
+/// Reads the configuration for a command that refuses to run without one:
+/// on a refusal it logs `config_invalid` with the key (never the value) and
+/// returns the exit code of a refused start (78), D-M2-42-3.
+pub fn load_or_refuse(path: &Path) -> Result<Config, i32> {
+    Config::load(path).map_err(|error| {
+        tracing::error!(
+            code = "config_invalid",
+            key = error.key().unwrap_or(""),
+            "{error}"
+        );
+        crate::EXIT_REFUSED_START
+    })
+}
+
 impl HostServiceConfig {
     /// The working directories configured for `user` (before HD7).
     pub fn workdirs_of(&self, user: &str) -> &[Workdir] {

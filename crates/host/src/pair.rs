@@ -14,8 +14,7 @@ use bothy_proto::json::{self, Object};
 use bothy_proto::report::{ReportedProfile, ReportedSessionUser, ReportedWorkdir};
 use serde_json::{Value, json};
 
-use crate::EXIT_REFUSED_START;
-use crate::config::{Config, HostServiceConfig};
+use crate::config::HostServiceConfig;
 use crate::net::{Connector, ServerUrl, is_own_address};
 use crate::state::{HostKeys, Owner, Pairing, StateDir};
 
@@ -24,16 +23,9 @@ pub const PAIR_PATH: &str = "/api/v1/hosts/pair";
 
 /// Runs the command; returns the exit code.
 pub fn command(config_path: &Path, server: &str, code: &str) -> i32 {
-    let config = match Config::load(config_path) {
+    let config = match crate::config::load_or_refuse(config_path) {
         Ok(config) => config,
-        Err(error) => {
-            tracing::error!(
-                code = "config_invalid",
-                key = error.key().unwrap_or(""),
-                "{error}"
-            );
-            return EXIT_REFUSED_START;
-        }
+        Err(code) => return code,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()

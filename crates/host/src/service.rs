@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::EXIT_REFUSED_START;
 use crate::channel::link::{Channel, ChannelError, PeerExpectation};
 use crate::channel::{FromHelper, PtyStart, StartFailure, StartProgram, ToHelper};
-use crate::config::{Config, HostServiceConfig};
+use crate::config::HostServiceConfig;
 use crate::control::{self, ControlHandle};
 use crate::data::checks::{BindFailed, CheckState, LivePty};
 use crate::doctor::{Doctor, HelperFault, HelperPort, RunKind, Scope, ServiceContext};
@@ -33,16 +33,9 @@ use crate::state::{HostKeys, StateDir};
 
 /// Runs the service; returns the exit code.
 pub fn command(config_path: &Path) -> i32 {
-    let config = match Config::load(config_path) {
+    let config = match crate::config::load_or_refuse(config_path) {
         Ok(config) => config,
-        Err(error) => {
-            tracing::error!(
-                code = "config_invalid",
-                key = error.key().unwrap_or(""),
-                "{error}"
-            );
-            return EXIT_REFUSED_START;
-        }
+        Err(code) => return code,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

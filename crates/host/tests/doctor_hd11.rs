@@ -263,22 +263,6 @@ fn workdirs(user: &TestUser, list: &[(&Path, &str)]) -> UserWorkdirs {
     }
 }
 
-fn passwd(root: &RootDir, users: &[&TestUser]) -> PathBuf {
-    let text: String = users
-        .iter()
-        .map(|u| {
-            format!(
-                "{}:x:{}:{}::{}:/bin/bash\n",
-                u.name,
-                u.uid,
-                u.gid,
-                u.home.display()
-            )
-        })
-        .collect();
-    write(&root.join("passwd"), &text, 0o644)
-}
-
 #[tokio::test]
 async fn t29_c_and_j_hd7_drops_shared_unreachable_and_missing_folders() {
     let root = RootDir::new();

@@ -21,26 +21,9 @@ use bothy_proto::control::LlmCredentials;
 use bothy_proto::doctor::{Check, DoctorCode, DoctorEntry};
 use doctor_common::*;
 
-/// A `passwd` text with only these accounts (HD9 then looks at nothing else).
-fn passwd_of(root: &RootDir, users: &[&TestUser]) -> PathBuf {
-    let text: String = users
-        .iter()
-        .map(|u| {
-            format!(
-                "{}:x:{}:{}::{}:/bin/bash\n",
-                u.name,
-                u.uid,
-                u.gid,
-                u.home.display()
-            )
-        })
-        .collect();
-    write(&root.join("passwd"), &text, 0o644)
-}
-
 fn test_places(root: &RootDir, users: &[&TestUser]) -> Places {
     Places {
-        passwd: passwd_of(root, users),
+        passwd: passwd(root, users),
         ..places()
     }
 }

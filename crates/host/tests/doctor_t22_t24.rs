@@ -9,29 +9,11 @@
 
 mod doctor_common;
 
-use std::path::PathBuf;
-
 use bothy_host::doctor::acl::{self, Acl, AclEntry, Tag};
 use bothy_host::doctor::wire::{CheckAnswer, RequestKind};
 use bothy_proto::control::LlmCredentials;
 use bothy_proto::doctor::{Check, DoctorCode, DoctorEntry};
 use doctor_common::*;
-
-fn passwd(root: &RootDir, users: &[&TestUser]) -> PathBuf {
-    let text: String = users
-        .iter()
-        .map(|u| {
-            format!(
-                "{}:x:{}:{}::{}:/bin/bash\n",
-                u.name,
-                u.uid,
-                u.gid,
-                u.home.display()
-            )
-        })
-        .collect();
-    write(&root.join("passwd"), &text, 0o644)
-}
 
 fn user_acl(user: &TestUser, perm: u8, owner: u8) -> Acl {
     Acl {

@@ -483,29 +483,11 @@ async fn tm_t10_re_pairing_ends_the_sessions_and_stops_the_service() {
 
 /// setHostLlmCredentials by the first owner.
 async fn set_declaration(scenario: &Scenario, llm: &str, holder: Option<&str>) {
-    let owner = &scenario.owner;
-    let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
-    let etag = hosts_common::etag_of(&host);
-    let step_up_id = hosts_common::step_up(&scenario.server, owner).await;
-    let mut body = json!({"llm_credentials": llm, "reason": "test", "step_up_id": step_up_id});
+    let mut body = json!({"llm_credentials": llm});
     if let Some(holder) = holder {
         body["credential_holder_id"] = json!(holder);
     }
-    let reply = hosts_common::send(
-        &scenario.server,
-        reqwest::Method::PUT,
-        &format!("/api/v1/hosts/{}/llm-credentials", scenario.host_id),
-        Some(owner.token()),
-        Some(&body),
-        &[("If-Match", &etag)],
-    )
-    .await;
-    assert_eq!(
-        reply.status.as_u16(),
-        200,
-        "declaration {llm}: {:?}",
-        reply.body
-    );
+    host_change(scenario, reqwest::Method::PUT, "/llm-credentials", body).await;
 }
 
 /// `POST /api/v1/persons/{id}/role` by the first owner.
@@ -523,72 +505,66 @@ async fn set_role(scenario: &Scenario, person: &Person, role: &str) {
 
 /// updateHost `end_session_users` for `person_id` by the first owner.
 async fn end_assignment(scenario: &Scenario, person_id: &str) {
+    host_change(
+        scenario,
+        reqwest::Method::PATCH,
+        "",
+        json!({"end_session_users": [person_id]}),
+    )
+    .await;
+}
+
+/// A host change by the first owner with a fresh step-up and the current
+/// `If-Match`: `method path` with `body` plus `reason` and `step_up_id`.
+async fn host_change(
+    scenario: &Scenario,
+    method: reqwest::Method,
+    path: &str,
+    mut body: serde_json::Value,
+) {
     let owner = &scenario.owner;
     let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
     let etag = hosts_common::etag_of(&host);
-    let step_up_id = hosts_common::step_up(&scenario.server, owner).await;
+    body["reason"] = json!("test");
+    body["step_up_id"] = json!(hosts_common::step_up(&scenario.server, owner).await);
     let reply = hosts_common::send(
         &scenario.server,
-        reqwest::Method::PATCH,
-        &format!("/api/v1/hosts/{}", scenario.host_id),
+        method,
+        &format!("/api/v1/hosts/{}{path}", scenario.host_id),
         Some(owner.token()),
-        Some(
-            &json!({"end_session_users": [person_id], "reason": "test", "step_up_id": step_up_id}),
-        ),
+        Some(&body),
         &[("If-Match", &etag)],
     )
     .await;
     assert_eq!(
         reply.status.as_u16(),
         200,
-        "end assignment: {:?}",
+        "{path} {body}: {:?}",
         reply.body
     );
 }
 
 /// Gives `person` the session user `index` (the owner keeps the first).
 async fn assign(scenario: &Scenario, person: &Person, index: usize) {
-    let owner = &scenario.owner;
-    let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
-    let etag = hosts_common::etag_of(&host);
-    let step_up_id = hosts_common::step_up(&scenario.server, owner).await;
-    let reply = hosts_common::send(
-        &scenario.server,
+    let users = json!([{"user_id": person.id(), "os_user": scenario.users[index].name}]);
+    host_change(
+        scenario,
         reqwest::Method::PATCH,
-        &format!("/api/v1/hosts/{}", scenario.host_id),
-        Some(owner.token()),
-        Some(&json!({
-            "assign_session_users": [{"user_id": person.id(), "os_user": scenario.users[index].name}],
-            "reason": "test",
-            "step_up_id": step_up_id,
-        })),
-        &[("If-Match", &etag)],
+        "",
+        json!({"assign_session_users": users}),
     )
     .await;
-    assert_eq!(reply.status.as_u16(), 200, "assign: {:?}", reply.body);
 }
 
 /// updateHost `state` by the owner.
 async fn set_state(scenario: &Scenario, state: &str) {
-    let owner = &scenario.owner;
-    let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
-    let etag = hosts_common::etag_of(&host);
-    let step_up_id = hosts_common::step_up(&scenario.server, owner).await;
-    let reply = hosts_common::send(
-        &scenario.server,
+    host_change(
+        scenario,
         reqwest::Method::PATCH,
-        &format!("/api/v1/hosts/{}", scenario.host_id),
-        Some(owner.token()),
-        Some(&json!({"state": state, "reason": "test", "step_up_id": step_up_id})),
-        &[("If-Match", &etag)],
+        "",
+        json!({"state": state}),
     )
     .await;
-    assert_eq!(
-        reply.status.as_u16(),
-        200,
-        "state {state}: {:?}",
-        reply.body
-    );
 }
 
 /// TM-T16, host part: `bothy-host restart` during a session with a background

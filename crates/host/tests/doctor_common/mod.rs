@@ -210,3 +210,20 @@ pub fn has(doctor: &Doctor, code: DoctorCode) -> bool {
 pub fn names(doctor: &Doctor, code: DoctorCode, name: &str) -> bool {
     doctor.entries().contains(&DoctorEntry::naming(code, name))
 }
+
+/// A `passwd` text with only these accounts (HD9 then looks at nothing else).
+pub fn passwd(root: &RootDir, users: &[&TestUser]) -> PathBuf {
+    let text: String = users
+        .iter()
+        .map(|u| {
+            format!(
+                "{}:x:{}:{}::{}:/bin/bash\n",
+                u.name,
+                u.uid,
+                u.gid,
+                u.home.display()
+            )
+        })
+        .collect();
+    write(&root.join("passwd"), &text, 0o644)
+}
