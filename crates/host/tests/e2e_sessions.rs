@@ -444,11 +444,8 @@ async fn tm_t10_disabling_the_host_ends_the_pty_and_its_background_processes() {
         set_state(&scenario, "disabled").await;
     })
     .await;
-    assert!(
-        scenario.log().contains("close_code=4111"),
-        "{}",
-        scenario.log()
-    );
+    // The control connection closes with 4111 right after the ends (bounded wait).
+    wait_log(&scenario, "close_code=4111").await;
     set_state(&scenario, "active").await;
     scenario.wait_connected().await;
     let mut device = scenario.open_shell().await;
@@ -465,15 +462,7 @@ async fn tm_t10_re_pairing_ends_the_sessions_and_stops_the_service() {
         hosts_common::new_pairing_code(&scenario.server, &scenario.owner, &scenario.host_id).await;
     })
     .await;
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while !scenario.log().contains("status=78") {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the service did not stop with 78:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_log(&scenario, "status=78").await;
     assert!(
         scenario.log().contains("not restarted"),
         "{}",
@@ -792,11 +781,7 @@ async fn doctor_through_the_running_service() {
     assert!(!refused.status.success(), "doctor fails: {text}");
     assert!(text.contains("state_dir_mode"), "{text}");
     scenario.wait_no_session_processes(0).await;
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while !scenario.log().contains("status=78") {
-        assert!(tokio::time::Instant::now() < deadline, "{}", scenario.log());
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_log(&scenario, "status=78").await;
     assert!(
         scenario.log().contains("not restarted"),
         "{}",
@@ -823,11 +808,7 @@ async fn a_refused_start_reports_once_exits_78_and_waits_for_restart() {
     )
     .expect("chmod");
     scenario.start_service();
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while !scenario.log().contains("status=78") {
-        assert!(tokio::time::Instant::now() < deadline, "{}", scenario.log());
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    wait_log(&scenario, "status=78").await;
     let log = scenario.log();
     assert!(log.contains("not restarted"), "{log}");
     assert_eq!(
@@ -881,6 +862,19 @@ async fn wait_reported(scenario: &Scenario, code: &str) -> String {
         assert!(
             tokio::time::Instant::now() < deadline,
             "no report with {code}; host log:\n{}",
+            scenario.log()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits (bounded) until the host's log contains `needle`.
+async fn wait_log(scenario: &Scenario, needle: &str) {
+    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
+    while !scenario.log().contains(needle) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{needle} never appeared in the host log:\n{}",
             scenario.log()
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
