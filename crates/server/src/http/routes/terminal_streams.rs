@@ -370,6 +370,12 @@ async fn run_device(
 /// Joins the relay, checks once more that the session was not closed
 /// meanwhile (an end committed before the relay's tail could see this side),
 /// then runs the side.
+///
+/// An end found here closes every side of the session exactly as the tail's
+/// delivery of that end will (the device with its code of 5.3, the host with
+/// 4100), and this side then finds that close first in its queue. Leaving
+/// quietly instead would tell a paired counterpart 4102 before the tail
+/// arrives.
 async fn join(
     state: AppState,
     session_id: Uuid,
@@ -381,20 +387,10 @@ async fn join(
     let joined = state
         .relay()
         .join(&state, session_id, side_kind, row.limits());
-    match store::load(&state, session_id).await {
-        Ok(Some(now)) if now.is_closed() => {
-            state.relay().leave(
-                &state,
-                session_id,
-                side_kind,
-                joined.conn_id,
-                crate::terminal::relay::Leave::Gone,
-            );
-            let refusal = Refusal::closed(now.close_reason.as_deref());
-            refuse(&state, websocket, refusal.0, refusal.1).await;
-            return;
+    if let Ok(Some(now)) = store::load(&state, session_id).await {
+        if now.is_closed() {
+            state.relay().closed_at_join(&state, session_id, &now);
         }
-        _ => {}
     }
     side::run(state, session_id, side_kind, websocket, joined, guard).await;
 }

@@ -543,6 +543,26 @@ impl Relay {
         }
     }
 
+    /// A side found its session closed right after it joined (the end was
+    /// committed before the log tail could see this side): every side is
+    /// closed as [`Self::session_closed`] does when the tail delivers it.
+    pub(crate) fn closed_at_join(
+        &self,
+        state: &AppState,
+        session_id: Uuid,
+        row: &store::SessionRow,
+    ) {
+        let reason = row
+            .close_reason
+            .as_deref()
+            .unwrap_or(CloseReason::AccessRevoked.as_str());
+        let detail = row
+            .close_detail
+            .as_deref()
+            .and_then(|text| CloseDetail::parse(text).ok());
+        self.session_closed(state, session_id, reason, detail);
+    }
+
     /// Closes every side of an ended session (after the commit of the end):
     /// the device with [`stream_code_for_end`], the host with 4100 and the
     /// `close_reason`; a never paired side of an `open_failed` end is counted

@@ -28,6 +28,7 @@ pub(crate) struct SessionRow {
     pub(crate) device_id: Option<Uuid>,
     pub(crate) state: String,
     pub(crate) close_reason: Option<String>,
+    pub(crate) close_detail: Option<String>,
     pub(crate) created_at: UnixMillis,
     pub(crate) started_at: Option<UnixMillis>,
     pub(crate) last_input_at: Option<UnixMillis>,
@@ -59,7 +60,7 @@ pub(crate) async fn load(
     let mut conn = state.db().pool().acquire().await?;
     let row = sqlx::query(
         "SELECT host_id, person_id, login_session_id, device_id, state, close_reason, \
-                created_at, started_at, last_input_at, detached_at \
+                close_detail, created_at, started_at, last_input_at, detached_at \
          FROM terminal_sessions WHERE id = $1",
     )
     .bind(db::id_text(&session_id))
@@ -73,6 +74,7 @@ pub(crate) async fn load(
         device_id: db::get_opt_uuid(&row, "device_id")?,
         state: row.try_get("state")?,
         close_reason: row.try_get("close_reason")?,
+        close_detail: row.try_get("close_detail")?,
         created_at: row.try_get("created_at")?,
         started_at: row.try_get("started_at")?,
         last_input_at: row.try_get("last_input_at")?,
