@@ -1268,6 +1268,11 @@ pub async fn attach(
         now,
     )
     .await?;
+    // The older device stream gets 4103 before the host service replaces its
+    // data connection for this grant (6.2).
+    state
+        .relay()
+        .device_replaced_by_grant(state, grant.session_id);
     send_session_open(
         state,
         grant.host_id,

@@ -230,6 +230,11 @@ struct Slot {
     last_flush: UnixMillis,
     /// An end by the relay is being written.
     ending: bool,
+    /// Serializes the relay's writes of the session's state (detach when the
+    /// device leaves, active again when a device pairs with the host of a
+    /// started session): each write looks at the pairing when it holds this,
+    /// so the last one written follows the last change of the pairing.
+    state_writes: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Slot {
@@ -244,6 +249,16 @@ impl Slot {
         Sides {
             device: self.device.is_some(),
             host: self.host.is_some(),
+        }
+    }
+
+    /// Whether the device side is paired with the host side.
+    fn paired(&self) -> bool {
+        match (self.device.as_ref(), self.host.as_ref()) {
+            (Some(device), Some(host)) => {
+                device.partner == Some(host.conn_id) && host.partner == Some(device.conn_id)
+            }
+            _ => false,
         }
     }
 }
@@ -396,6 +411,7 @@ impl Relay {
             stats: Arc::new(Stats::default()),
             last_flush: now,
             ending: false,
+            state_writes: Arc::new(tokio::sync::Mutex::new(())),
         });
         let stats = Arc::clone(&slot.stats);
         if let Some(older) = slot.member(side).take() {
@@ -419,10 +435,25 @@ impl Relay {
             }
         }
         *slot.member(side) = Some(member);
-        pair_if_possible(slot);
+        // A device paired again with the host of a started session: the
+        // session is active again (6.2), and the relay's detach clock stops.
+        let reactivate = pair_if_possible(slot) && slot.limits.started_at.is_some();
+        if reactivate {
+            slot.limits.detached_at = None;
+        }
+        let writes = Arc::clone(&slot.state_writes);
         let sides = slot.sides();
         drop(slots);
         self.set_sides(session_id, sides);
+        if reactivate {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let _write = writes.lock().await;
+                if state.relay().device_paired(session_id) {
+                    store::reactivate(&state, session_id).await;
+                }
+            });
+        }
         Joined {
             conn_id,
             commands,
@@ -499,6 +530,7 @@ impl Relay {
         let sides = slot.sides();
         let release = sides == Sides::default();
         let stats = Arc::clone(&slot.stats);
+        let writes = Arc::clone(&slot.state_writes);
         if release {
             slots.remove(&session_id);
         }
@@ -518,12 +550,60 @@ impl Relay {
                 .await;
             }
             if detach {
-                store::detach(&state, session_id).await;
+                let _write = writes.lock().await;
+                // A newer device may have paired meanwhile (an attach).
+                if !state.relay().device_paired(session_id) {
+                    store::detach(&state, session_id).await;
+                }
             }
             if release {
                 store::flush(&state, session_id, &stats).await;
             }
         });
+    }
+
+    /// A new grant (attach) for the session: the device stream of the older
+    /// grant is replaced now (6.2: "If another device attaches, the server
+    /// closes the older connection with 4103"), before the host service
+    /// replaces its data connection for the new grant, whose close would
+    /// otherwise tell the older device 4102. The session is detached until
+    /// the new device pairs.
+    pub(crate) fn device_replaced_by_grant(&self, state: &AppState, session_id: Uuid) {
+        let mut slots = self.lock_slots();
+        let Some(slot) = slots.get_mut(&session_id) else {
+            return;
+        };
+        let Some(older) = slot.device.take() else {
+            return;
+        };
+        older.close(
+            CloseCode::TerminalReplaced.as_u16(),
+            CloseCode::TerminalReplaced.name(),
+        );
+        if let Some(host) = slot.host.as_ref() {
+            if older.partner.is_some() && host.partner == Some(older.conn_id) {
+                host.linked.store(false, Ordering::SeqCst);
+            }
+        }
+        let writes = Arc::clone(&slot.state_writes);
+        let sides = slot.sides();
+        if sides == Sides::default() {
+            slots.remove(&session_id);
+        }
+        drop(slots);
+        self.set_sides(session_id, sides);
+        let state = state.clone();
+        tokio::spawn(async move {
+            let _write = writes.lock().await;
+            if !state.relay().device_paired(session_id) {
+                store::detach(&state, session_id).await;
+            }
+        });
+    }
+
+    /// Whether the session's device side is paired with its host side here.
+    fn device_paired(&self, session_id: Uuid) -> bool {
+        self.lock_slots().get(&session_id).is_some_and(Slot::paired)
     }
 
     /// A reader of `from` found no room for a message toward its counterpart
@@ -604,10 +684,16 @@ impl Relay {
         }
     }
 
-    /// Re-reads a session's limits (the log tail saw a change).
-    fn refresh(&self, session_id: Uuid, limits: Limits) {
+    /// Re-reads a session's limits (the log tail saw a change). A device
+    /// paired with the host here is attached whatever an older row said (the
+    /// tail may deliver a detach before the write that made the session
+    /// active again), so the detach clock stays stopped.
+    fn refresh(&self, session_id: Uuid, mut limits: Limits) {
         let mut slots = self.lock_slots();
         if let Some(slot) = slots.get_mut(&session_id) {
+            if slot.paired() {
+                limits.detached_at = None;
+            }
             slot.limits = limits;
         }
     }
@@ -780,16 +866,16 @@ fn other_side(side: Side) -> Side {
 
 /// Pairs the device and the host of a slot if both are there and neither was
 /// paired before.
-fn pair_if_possible(slot: &mut Slot) {
+fn pair_if_possible(slot: &mut Slot) -> bool {
     let (Some(device), Some(host)) = (slot.device.as_mut(), slot.host.as_mut()) else {
-        return;
+        return false;
     };
     if device.partner.is_some() || host.partner.is_some() {
-        return;
+        return false;
     }
     let (Some(device_rx), Some(host_rx)) = (device.outgoing_rx.take(), host.outgoing_rx.take())
     else {
-        return;
+        return false;
     };
     device.partner = Some(host.conn_id);
     host.partner = Some(device.conn_id);
@@ -803,6 +889,7 @@ fn pair_if_possible(slot: &mut Slot) {
     if let Some(tx) = host.paired_tx.take() {
         let _ = tx.send(device_rx);
     }
+    true
 }
 
 /// Counts an unpaired side and writes its one log record (without any ID).

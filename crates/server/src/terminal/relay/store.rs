@@ -97,40 +97,62 @@ pub(crate) async fn state_of(state: &AppState, session_id: Uuid) -> Result<Optio
 /// The device left an active session: `detached` with `detached_at` and
 /// `terminal_session.changed` (6.2). Nothing for a session in another state.
 pub(crate) async fn detach(state: &AppState, session_id: Uuid) {
-    let result: Result<(), DbError> = async {
-        let now = state.clock().now_ms();
-        let mut uow = state.db().begin(now).await?;
-        let row = sqlx::query(
+    if let Err(error) = move_attachment(state, session_id, "detached").await {
+        tracing::warn!(%error, "the relay cannot detach a terminal session");
+    }
+}
+
+/// A device paired again with the host of a started session that was
+/// detached: `active` without `detached_at`, with `terminal_session.changed`
+/// (6.2). Nothing for a session in another state.
+pub(crate) async fn reactivate(state: &AppState, session_id: Uuid) {
+    if let Err(error) = move_attachment(state, session_id, "active").await {
+        tracing::warn!(%error, "the relay cannot make a terminal session active again");
+    }
+}
+
+/// One move between `active` and `detached` (`to`), with its
+/// `terminal_session.changed` in the same unit of work.
+async fn move_attachment(
+    state: &AppState,
+    session_id: Uuid,
+    to: &'static str,
+) -> Result<(), DbError> {
+    let now = state.clock().now_ms();
+    let mut uow = state.db().begin(now).await?;
+    let query = if to == "detached" {
+        sqlx::query(
             "UPDATE terminal_sessions SET state = 'detached', detached_at = $2, \
                  version = version + 1 \
              WHERE id = $1 AND state = 'active' RETURNING host_id, person_id",
         )
         .bind(db::id_text(&session_id))
         .bind(now)
-        .fetch_optional(uow.conn())
-        .await?;
-        let Some(row) = row else {
-            uow.rollback().await?;
-            return Ok(());
-        };
-        let host_id = db::get_uuid(&row, "host_id")?;
-        let person_id = db::get_uuid(&row, "person_id")?;
-        let mut payload = Map::new();
-        payload.insert("session_id".into(), json!(db::id_text(&session_id)));
-        payload.insert("host_id".into(), json!(db::id_text(&host_id)));
-        payload.insert("state".into(), json!("detached"));
-        uow.event(DurableEvent::new(
-            EventKind::TerminalSessionChanged,
-            Audience::Person(person_id),
-            payload,
-        ));
-        uow.commit().await?;
-        Ok(())
-    }
-    .await;
-    if let Err(error) = result {
-        tracing::warn!(%error, "the relay cannot detach a terminal session");
-    }
+    } else {
+        sqlx::query(
+            "UPDATE terminal_sessions SET state = 'active', detached_at = NULL, \
+                 version = version + 1 \
+             WHERE id = $1 AND state = 'detached' RETURNING host_id, person_id",
+        )
+        .bind(db::id_text(&session_id))
+    };
+    let Some(row) = query.fetch_optional(uow.conn()).await? else {
+        uow.rollback().await?;
+        return Ok(());
+    };
+    let host_id = db::get_uuid(&row, "host_id")?;
+    let person_id = db::get_uuid(&row, "person_id")?;
+    let mut payload = Map::new();
+    payload.insert("session_id".into(), json!(db::id_text(&session_id)));
+    payload.insert("host_id".into(), json!(db::id_text(&host_id)));
+    payload.insert("state".into(), json!(to));
+    uow.event(DurableEvent::new(
+        EventKind::TerminalSessionChanged,
+        Audience::Person(person_id),
+        payload,
+    ));
+    uow.commit().await?;
+    Ok(())
 }
 
 /// Adds the pending counters to the row in `conn` (taken from `stats`; put
