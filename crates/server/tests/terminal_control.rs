@@ -21,7 +21,7 @@ mod terminal_common;
 
 use bothy_proto::codes::{CloseDetail, CloseReason};
 use bothy_proto::control::{
-    ErrorCode, HostMessage, HostOp, HostState, LlmCredentials, ServerMessage,
+    ErrorCode, Heartbeat, HostMessage, HostOp, HostState, LlmCredentials, ServerMessage,
 };
 use std::time::Duration;
 
@@ -831,6 +831,66 @@ async fn heartbeat_ack_carries_a_changed_jwks_once(engine: Engine) {
     assert_eq!(control.heartbeat().await.jwks, None);
 }
 
+/// 2.2 item 5: a committed change of the declaration sends `ready` again on
+/// the host's control connection, with the new declaration; a refused change
+/// sends nothing.
+async fn declaration_change_sends_ready_again(engine: Engine) {
+    let World {
+        server,
+        owner,
+        host,
+        host_id,
+    } = world(engine).await;
+    let mut control =
+        HostControl::connected(&server, &host.keys, host_id, &["alice_os", "spare"]).await;
+    let path = format!("/api/v1/hosts/{}/llm-credentials", host.host_id);
+    let put = |llm: &'static str, tag: String, step_up_id: String| {
+        let body = json!({
+            "llm_credentials": llm,
+            "reason": "the login changed",
+            "step_up_id": step_up_id,
+        });
+        let server = &server;
+        let path = path.clone();
+        let token = owner.token().to_owned();
+        async move {
+            send(
+                server,
+                reqwest::Method::PUT,
+                &path,
+                Some(&token),
+                Some(&body),
+                &[("If-Match", tag.as_str())],
+            )
+            .await
+        }
+    };
+    // A refused change (a stale If-Match): no ready.
+    let step_up_id = step_up(&server, &owner).await;
+    let refused = put("organization", "\"999\"".into(), step_up_id).await;
+    assert_eq!(refused.status, 412, "{:?}", refused.body);
+    control
+        .send(&HostMessage::Heartbeat(Heartbeat { active_sessions: 0 }))
+        .await;
+    match control.message().await {
+        ServerMessage::HeartbeatAck(_) => {}
+        other => panic!("nothing before the ack after a refusal, got {other:?}"),
+    }
+    // The change: ready with the new declaration comes next.
+    let tag = etag_of(&get_host(&server, owner.token(), &host.host_id).await);
+    let step_up_id = step_up(&server, &owner).await;
+    let changed = put("organization", tag, step_up_id).await;
+    assert_eq!(changed.status, 200, "{:?}", changed.body);
+    match control.message().await {
+        ServerMessage::Ready(ready) => {
+            assert_eq!(ready.host_id, host_id);
+            assert_eq!(ready.state, HostState::Active);
+            assert_eq!(ready.llm_credentials, LlmCredentials::Organization);
+        }
+        other => panic!("expected ready, got {other:?}"),
+    }
+}
+
 /// 3.5: a full outbound queue (sync.outbound_queue_max) closes with 4014.
 async fn full_outbound_queue_is_4014(engine: Engine) {
     let World {
@@ -1358,6 +1418,7 @@ both_engines!(
     server_host_report_ends_non_owner_sessions,
     heartbeat_ack_and_miss,
     heartbeat_ack_carries_a_changed_jwks_once,
+    declaration_change_sends_ready_again,
     full_outbound_queue_is_4014,
     rate_limits_of_the_host_connections,
     duplicate_dead_is_replaced,

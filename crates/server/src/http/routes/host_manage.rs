@@ -40,6 +40,7 @@ use crate::http::precondition::{check_if_match, etag};
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
 use crate::identity::principal::Principal;
+use crate::terminal::links::ControlSignal;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -316,6 +317,13 @@ async fn set_llm_credentials(
         step_up_id: object.uuid("step_up_id")?,
     };
     let managed = llm::set(state.db(), now, person, &request, if_match(&headers)).await?;
+    // 2.2 item 5: the host service learns the declaration from `ready`,
+    // sent again after the commit (an unchanged one is harmless: the host
+    // service acts only on a change). Not connected here: it learns it at
+    // its next login.
+    let _ = state
+        .control_links()
+        .send(managed.host.id, ControlSignal::ReadyAgain);
     Ok(reply(managed))
 }
 

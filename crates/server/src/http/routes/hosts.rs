@@ -52,6 +52,7 @@ use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, AppState, ProblemCode};
 use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::permissions::authorize::may_read_host;
+use crate::terminal::links::ControlSignal;
 
 /// The routes of this file. The aggregation of host.pair refusals lives as
 /// long as the router, i.e. once per server.
@@ -453,12 +454,19 @@ async fn confirm_host(
     )
     .await?;
     Ok(match confirmed {
-        Confirmed::Active(host, json) => (
-            StatusCode::OK,
-            [(header::ETAG, etag(host.version))],
-            Json(json!({ "host": json })),
-        )
-            .into_response(),
+        Confirmed::Active(host, json) => {
+            // 2.2 item 5: a connected host service learns its state and
+            // declaration from `ready`, sent again after the commit.
+            let _ = state
+                .control_links()
+                .send(host.id, ControlSignal::ReadyAgain);
+            (
+                StatusCode::OK,
+                [(header::ETAG, etag(host.version))],
+                Json(json!({ "host": json })),
+            )
+                .into_response()
+        }
         Confirmed::Replayed(stored) => {
             let media = if stored.status.is_success() {
                 "application/json"
