@@ -47,9 +47,39 @@ pub enum Command {
     Supervise,
     /// Restart the running host service (all sessions end).
     Restart,
+    /// Prepare this host (as root): the service user and the session users,
+    /// the state directory, a configuration skeleton when there is none, and
+    /// the systemd units. A second run changes nothing.
+    Install {
+        /// A session user for the skeleton (repeatable); with an existing
+        /// configuration each must be in its host_service.session_users.
+        #[arg(long = "session-user", value_name = "NAME")]
+        session_users: Vec<String>,
+        /// The service user written into the skeleton (default bothy-host).
+        #[arg(long, value_name = "NAME")]
+        service_user: Option<String>,
+        /// The state directory written into the skeleton (default /var/lib/bothy-host).
+        #[arg(long, value_name = "DIR")]
+        state_dir: Option<PathBuf>,
+        /// Where the units go; systemd reads only the default.
+        #[arg(long, value_name = "DIR", default_value = crate::admin::units::DEFAULT_UNIT_DIR)]
+        unit_dir: PathBuf,
+    },
+    /// Add or remove a session user (as root); restarts the service.
+    SessionUser {
+        /// add or remove.
+        #[command(subcommand)]
+        action: SessionUserAction,
+        /// Where the units are; systemd reads only the default.
+        #[arg(long, value_name = "DIR", default_value = crate::admin::units::DEFAULT_UNIT_DIR, global = true)]
+        unit_dir: PathBuf,
+    },
     /// Run the checks HD1–HD11 (as root) and print each result; exit code 1
     /// when a check failed.
     Doctor,
+    /// Show the local confirmation dialogs of the host service (6.4): run by
+    /// the person at this machine in their desktop session.
+    ConfirmAgent,
     /// Internal: the session user's part of `doctor`, as that user (request on
     /// standard input, answer on standard output).
     #[command(hide = true)]
@@ -66,6 +96,23 @@ pub enum Command {
     },
 }
 
+/// `bothy-host session-user add|remove NAME`.
+#[derive(Debug, Subcommand)]
+pub enum SessionUserAction {
+    /// Create (if missing) and add a session user: never a name bound to a
+    /// person before (2.2 item 3).
+    Add {
+        /// The session user.
+        name: String,
+    },
+    /// Take a session user out: configuration, helper, closed home; its
+    /// binding stays. Then delete the account with its processes.
+    Remove {
+        /// The session user.
+        name: String,
+    },
+}
+
 /// Parses the command line, runs the command and returns the exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -76,7 +123,33 @@ pub fn main() -> ExitCode {
         Command::PtyHelper => crate::helper::command(),
         Command::Supervise => crate::supervise::command(&cli.config),
         Command::Restart => crate::admin::restart::command(&cli.config),
+        Command::Install {
+            session_users,
+            service_user,
+            state_dir,
+            unit_dir,
+        } => crate::admin::install::command(
+            &cli.config,
+            &crate::admin::install::InstallOptions {
+                session_users,
+                service_user,
+                state_dir,
+                unit_dir,
+            },
+        ),
+        Command::SessionUser { action, unit_dir } => {
+            let options = crate::admin::session_user::SessionUserOptions { unit_dir };
+            match action {
+                SessionUserAction::Add { name } => {
+                    crate::admin::session_user::add_command(&cli.config, &name, &options)
+                }
+                SessionUserAction::Remove { name } => {
+                    crate::admin::session_user::remove_command(&cli.config, &name, &options)
+                }
+            }
+        }
         Command::Doctor => crate::doctor::command(&cli.config),
+        Command::ConfirmAgent => crate::confirm::agent::command(),
         Command::DoctorProbe { user } => crate::doctor::command::probe_command(&user),
         Command::LoginProbe { nonce } => crate::doctor::command::login_probe_command(&nonce),
     };

@@ -35,8 +35,45 @@ fn round_trip<M: Message + std::fmt::Debug + PartialEq>(frame: &[u8]) {
     }
 }
 
+/// Decoding of the confirmation protocol (6.4): the input as one line in
+/// each direction, and as a stream split into lines. An accepted message
+/// encodes to a line that decodes to the same message; no input panics, and
+/// a stream never yields a line longer than the limit.
+pub fn confirm_decode(input: &[u8]) {
+    use crate::confirm::protocol::{FromAgent, MAX_LINE, ToAgent, take_lines};
+    let check = |line: &[u8]| {
+        if let Ok(message) = ToAgent::decode(line) {
+            let encoded = message.encode();
+            let again = ToAgent::decode(encoded.trim_end_matches('\n').as_bytes())
+                .expect("an encoded request decodes");
+            assert_eq!(again, message);
+        }
+        if let Ok(message) = FromAgent::decode(line) {
+            let encoded = message.encode();
+            let again = FromAgent::decode(encoded.trim_end_matches('\n').as_bytes())
+                .expect("an encoded answer decodes");
+            assert_eq!(again, message);
+        }
+    };
+    check(input);
+    let mut buffer = Vec::new();
+    for chunk in input.chunks(7) {
+        buffer.extend_from_slice(chunk);
+        let Ok(lines) = take_lines(&mut buffer) else {
+            return;
+        };
+        for line in lines {
+            assert!(line.len() <= MAX_LINE);
+            check(&line);
+        }
+    }
+}
+
 /// A property check over one fuzz input.
 pub type Check = fn(&[u8]);
 
 /// The checks by fuzz target name, for the regression test.
-pub const TARGETS: [(&str, Check); 1] = [("channel_decode", channel_decode)];
+pub const TARGETS: [(&str, Check); 2] = [
+    ("channel_decode", channel_decode),
+    ("confirm_decode", confirm_decode),
+];

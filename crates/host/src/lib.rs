@@ -15,8 +15,9 @@
 //! - [`config`]: `/etc/bothy-host/config.yaml`, `host_service.*` (section 17).
 //! - [`state`]: the state directory (4.2, D-M2-42-4): keys, `pairing.json`,
 //!   `bindings.json`, `declaration.json`; every file atomic with mode 0600.
-//! - [`net`]: the https/wss client: rustls with the system roots, proxy from the
-//!   environment, no way to skip verification (3.5 "Host service").
+//! - the https/wss client (rustls with the system roots, proxy from the
+//!   environment, no way to skip verification; 3.5 "Host service") is the
+//!   crate `bothy_net`, shared with the `bothy` client.
 //! - [`pair`]: `bothy-host pair` (3.2 step 2).
 //! - [`control`]: the control connection (3.5): login, report, heartbeats, the
 //!   reaction per close code.
@@ -32,6 +33,8 @@
 //! - [`doctor`]: HD1–HD11 (2.2), the gate before every PTY and the report's entries.
 //! - [`supervise`]: the service manager for hosts without systemd (DESIGN §4).
 //! - [`admin`]: `bothy-host restart` and the other commands of the operator.
+//! - [`confirm`]: the local confirmation (6.4): `confirm.sock`, the peer rule,
+//!   the protocol and `bothy-host confirm-agent`.
 //! - [`service`]: `bothy-host run`, the wiring of the above.
 //!
 //! `unsafe` lives only in `helper::pty` (clone3 into the session's cgroup,
@@ -43,6 +46,7 @@ pub mod admin;
 pub mod channel;
 pub mod cli;
 pub mod config;
+pub mod confirm;
 pub mod control;
 pub mod data;
 pub mod doctor;
@@ -50,7 +54,6 @@ pub mod doctor;
 pub mod fuzzing;
 pub mod helper;
 pub mod manager;
-pub mod net;
 pub mod pair;
 pub mod service;
 pub mod sessions;

@@ -9,13 +9,14 @@
 
 use std::path::Path;
 
+use bothy_net::{Connector, Method, ServerUrl};
 use bothy_proto::b64;
 use bothy_proto::json::{self, Object};
 use bothy_proto::report::{ReportedProfile, ReportedSessionUser, ReportedWorkdir};
 use serde_json::{Value, json};
 
 use crate::config::HostServiceConfig;
-use crate::net::{Connector, ServerUrl, is_own_address};
+use crate::doctor::is_own_address;
 use crate::state::{HostKeys, Owner, Pairing, StateDir};
 
 /// The route of host.pair.
@@ -66,7 +67,7 @@ pub fn command(config_path: &Path, server: &str, code: &str) -> i32 {
 pub enum PairError {
     /// Network or TLS.
     #[error(transparent)]
-    Net(#[from] crate::net::NetError),
+    Net(#[from] bothy_net::NetError),
     /// The state directory.
     #[error(transparent)]
     State(#[from] crate::state::StateError),
@@ -116,9 +117,17 @@ pub async fn pair(
     let keys = HostKeys::generate()?;
     let is_server_host = resolves_to_this_host(&server).await;
     let body = pair_body(config, &keys, code, is_server_host);
-    let (status, answer) = connector
-        .post_json(&server, PAIR_PATH, body.to_string())
+    let reply = connector
+        .request(
+            &server,
+            Method::POST,
+            PAIR_PATH,
+            None,
+            &[],
+            Some(body.to_string()),
+        )
         .await?;
+    let (status, answer) = (reply.status, reply.body);
     match status {
         200 | 201 => {}
         401 => return Err(PairError::CodeRefused),

@@ -10,6 +10,7 @@ use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use bothy_net::{Connector, ServerUrl};
 use bothy_proto::codes::CloseDetail;
 use bothy_proto::control::{LlmCredentials, Ready};
 use bothy_proto::frame::TerminalSize;
@@ -23,10 +24,12 @@ use crate::EXIT_REFUSED_START;
 use crate::channel::link::{Channel, ChannelError, PeerExpectation};
 use crate::channel::{FromHelper, PtyStart, StartFailure, StartProgram, ToHelper};
 use crate::config::HostServiceConfig;
+use crate::confirm::endpoint::ConfirmHub;
+use crate::confirm::peer::PeerRule;
+use crate::confirm::protocol::Kind as ConfirmKind;
 use crate::control::{self, ControlHandle};
 use crate::data::checks::{BindFailed, CheckState, LivePty};
 use crate::doctor::{Doctor, HelperFault, HelperPort, RunKind, Scope, ServiceContext};
-use crate::net::{Connector, ServerUrl};
 use crate::sessions::Sessions;
 use crate::sessions::core::PtyIo;
 use crate::state::{HostKeys, StateDir};
@@ -37,17 +40,24 @@ pub fn command(config_path: &Path) -> i32 {
         Ok(config) => config,
         Err(code) => return code,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            tracing::error!(%error, "cannot start the runtime");
-            return 1;
-        }
+    let Some(runtime) = start_runtime(tokio::runtime::Builder::new_multi_thread()) else {
+        return 1;
     };
     runtime.block_on(run(config.host_service, config_path.to_owned()))
+}
+
+/// The runtime `builder` makes with every driver enabled; `None` (logged)
+/// when it cannot start.
+pub(crate) fn start_runtime(
+    mut builder: tokio::runtime::Builder,
+) -> Option<tokio::runtime::Runtime> {
+    match builder.enable_all().build() {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            tracing::error!(%error, "cannot start the runtime");
+            None
+        }
+    }
 }
 
 /// What the doctor's last run offers, read without waiting by the check order.
@@ -84,6 +94,9 @@ pub struct Host {
     offer: Mutex<Offer>,
     declaration: Mutex<Option<LlmCredentials>>,
     control_peer: Mutex<Option<IpAddr>>,
+    /// The local confirmation (6.4); `None` without
+    /// `host_service.require_local_confirm`.
+    confirm: Option<Arc<ConfirmHub>>,
     /// Set when a run asked for through admin.sock refuses the start: the
     /// service reports, closes and exits 78.
     refused: std::sync::atomic::AtomicBool,
@@ -134,6 +147,16 @@ async fn run(config: HostServiceConfig, config_path: PathBuf) -> i32 {
     let control = Arc::new(ControlHandle::default());
     let sessions = Arc::new(Sessions::new(control.clone()));
     let (stop_tx, stop_rx) = watch::channel(false);
+    let confirm = config.require_local_confirm.then(|| {
+        Arc::new(ConfirmHub::new(
+            PeerRule::new(
+                &config.service_user,
+                &config.session_users,
+                &config.state_dir,
+            ),
+            config.local_confirm_timeout,
+        ))
+    });
     let host = Arc::new(Host {
         helpers: Helpers::new(&config),
         config,
@@ -150,6 +173,7 @@ async fn run(config: HostServiceConfig, config_path: PathBuf) -> i32 {
         offer: Mutex::new(Offer::default()),
         declaration: Mutex::new(declaration),
         control_peer: Mutex::new(None),
+        confirm,
         refused: std::sync::atomic::AtomicBool::new(false),
         stop: stop_tx,
     });
@@ -174,9 +198,28 @@ async fn run(config: HostServiceConfig, config_path: PathBuf) -> i32 {
     tokio::spawn(signals(host.stop.clone()));
     tokio::spawn(periodic_checks(Arc::clone(&host), stop_rx.clone()));
     tokio::spawn(crate::admin::endpoint::serve(Arc::clone(&host)));
+    if let Some(hub) = &host.confirm {
+        // Opened only with require_local_confirm (6.4 "Endpoint"). Without it
+        // no agent can connect, so every start is denied (fail closed).
+        let path = crate::confirm::socket_path();
+        match ConfirmHub::bind(&path) {
+            Ok(listener) => {
+                tokio::spawn(Arc::clone(hub).serve(listener, path, stop_rx.clone()));
+            }
+            Err(error) => tracing::error!(
+                %error,
+                code = "confirm_endpoint_unavailable",
+                "confirm.sock cannot be opened: every start is denied until the service \
+                 manager provides its folder (RuntimeDirectory=bothy-host-confirm)"
+            ),
+        }
+    }
     let code = control::run(Arc::clone(&host), stop_rx).await;
     host.sessions.kill_all();
     let _ = std::fs::remove_file(host.state.file(crate::state::ADMIN_SOCKET));
+    if host.confirm.is_some() {
+        let _ = std::fs::remove_file(crate::confirm::socket_path());
+    }
     if host.is_refused() {
         tracing::error!("doctor refuses the start; the result was reported, the service exits");
         return EXIT_REFUSED_START;
@@ -340,7 +383,7 @@ impl Host {
             .control_peer
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .is_some_and(crate::net::is_own_address);
+            .is_some_and(crate::doctor::is_own_address);
         peer_local
             || self
                 .offer
@@ -365,21 +408,36 @@ impl Host {
     }
 
     /// The local confirmation (6.4) before a PTY start or the replay of an
-    /// attach. The confirmation agent comes with the doctor issue; until then
-    /// a host that requires it refuses (fail closed).
+    /// attach: with `host_service.require_local_confirm`, consent of the
+    /// person at the machine through an accepted agent within
+    /// `host_service.local_confirm_timeout`, else `local_confirm_denied`.
     pub async fn confirm_locally(
         &self,
-        _kind: &str,
-        _claims: &TerminalSessionClaims,
+        kind: ConfirmKind,
+        claims: &TerminalSessionClaims,
     ) -> Result<(), CloseDetail> {
-        if self.config.require_local_confirm {
-            tracing::warn!(
-                code = "no_dialog_tool",
-                "no confirmation agent is available: the start is denied"
-            );
-            return Err(CloseDetail::LocalConfirmDenied);
+        let Some(hub) = &self.confirm else {
+            return Ok(());
+        };
+        match hub.confirm(kind, &claims.prf, &claims.osu).await {
+            Ok(()) => {
+                tracing::info!(
+                    code = "local_confirm_allowed",
+                    kind = kind.as_str(),
+                    "the person at the machine allowed it"
+                );
+                Ok(())
+            }
+            Err(reason) => {
+                tracing::warn!(
+                    code = "local_confirm_denied",
+                    kind = kind.as_str(),
+                    reason = reason.as_str(),
+                    "the local confirmation was not given"
+                );
+                Err(CloseDetail::LocalConfirmDenied)
+            }
         }
-        Ok(())
     }
 
     /// Starts the PTY of a token in the helper of its `osu`.

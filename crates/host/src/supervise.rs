@@ -28,6 +28,11 @@
 //!   [`crate::manager::SUPERVISED_ENV`]`=1`, which makes the service read the
 //!   PID records ([`crate::manager`]).
 //! - Standard input is `/dev/null`; standard output and error are supervise's.
+//! - With `host_service.require_local_confirm = true`, the folder of the
+//!   confirmation endpoint (`/run/bothy-host-confirm`, 6.4) as
+//!   `RuntimeDirectory=bothy-host-confirm` makes it: created before every
+//!   start of the service, owned by the service user and its group, mode
+//!   0755, removed when the service ends and when supervise stops (D-201).
 //!
 //! Restarts are those of `Restart=on-failure` with `RestartPreventExitStatus=78`:
 //! a process killed by a signal or exiting non-zero other than 78 starts again
@@ -37,10 +42,22 @@
 //! the new helper gets a new PID, which its record names before the helper
 //! accepts anything.
 //!
-//! SIGHUP (from `bothy-host restart`) restarts the service: SIGTERM, SIGKILL
-//! after 10 s, and a start at once — also of a service that exited 78 or waits
-//! for its backoff. SIGTERM or SIGINT stop everything (the service first, then
-//! the helpers), remove the cgroups, the endpoints and the records, and exit 0.
+//! SIGHUP (from `bothy-host restart`, `bothy-host session-user add|remove`)
+//! does what `systemctl daemon-reload` and a restart of the service do
+//! (D-260): supervise reads the configuration again, with the same strict
+//! decoding as at its start. A configuration that no longer decodes (or that
+//! changes `runtime_dir` or `service_user`, which only a new supervise can
+//! take over) is refused: the error is logged, and everything keeps running
+//! as it was, the service too. Otherwise the service stops (SIGTERM, SIGKILL
+//! after 10 s); then the helper of every name no longer in `session_users`
+//! stops the same way and goes with its endpoint, record and cgroup; then
+//! every newly listed session user gets its endpoint and helper exactly as at
+//! the start; the folder of `confirm.sock` follows `require_local_confirm`;
+//! and the service starts at once — also one that had exited 78 or waited
+//! for its backoff. Helpers that stay listed keep running (their sessions end
+//! with the service, as under systemd). SIGTERM or SIGINT stop everything
+//! (the service first, then the helpers), remove the cgroups, the endpoints
+//! and the records, and exit 0.
 
 use std::ffi::{CString, OsString};
 use std::fs::{self, File, OpenOptions};
@@ -156,13 +173,28 @@ struct Unit {
     backoff: Duration,
     /// A stop was asked for (SIGHUP restart): SIGKILL at this instant.
     kill_at: Option<Instant>,
-    /// Start again at once when it ended (SIGHUP).
+    /// Stopped for a restart (SIGHUP): not restarted by the rule of
+    /// `Restart=`; the reload starts it.
     restart_now: bool,
+    /// A helper whose session user is no longer listed: it stops and goes.
+    retiring: bool,
+}
+
+impl Unit {
+    /// The session user of a helper.
+    fn helper_name(&self) -> Option<&str> {
+        match &self.kind {
+            UnitKind::Helper { name, .. } => Some(name),
+            UnitKind::Service { .. } => None,
+        }
+    }
 }
 
 #[derive(Debug)]
 enum UnitKind {
     Helper {
+        /// The session user (never logged: the labels are numbers).
+        name: String,
         listener: OwnedFd,
         endpoint: PathBuf,
         credentials: Credentials,
@@ -179,10 +211,17 @@ struct Supervisor {
     _lock: Flock<File>,
     original: Cgroup,
     root: Cgroup,
+    /// The owner of the endpoints; a reload keeps it.
+    service_user: User,
     helpers: Vec<Unit>,
     service: Unit,
+    /// A restart asked for by SIGHUP, with the configuration it read: applied
+    /// once the service (and then every retiring helper) has ended.
+    reload: Option<HostServiceConfig>,
     signals: SignalFd,
     dev_null: OwnedFd,
+    /// The folder of `confirm.sock` (only with require_local_confirm).
+    confirm_dir: Option<PathBuf>,
     /// SIGTERM or SIGINT arrived: nothing starts again.
     stopping: bool,
 }
@@ -258,26 +297,7 @@ impl Supervisor {
             .map_err(refused("cgroup_refused"))?;
         let service_cgroup = root.child("service");
 
-        let mut helpers = Vec::new();
-        let mut seen: Vec<&str> = Vec::new();
-        for (index, name) in config.session_users.iter().enumerate() {
-            if seen.contains(&name.as_str()) {
-                warn!(code = "session_user_duplicate", index, "helper skipped");
-                continue;
-            }
-            seen.push(name);
-            let user = match User::from_name(name) {
-                Ok(Some(u)) => u,
-                _ => {
-                    warn!(code = "user_missing", index, "helper skipped");
-                    continue;
-                }
-            };
-            match helper_unit(index, name, &user, config, &service_user, &root) {
-                Ok(unit) => helpers.push(unit),
-                Err(e) => error!(code = "helper_setup_failed", index, error = %e, "helper skipped"),
-            }
-        }
+        let helpers = new_helper_units(config, &[], &service_user, &root);
 
         let service = Unit {
             label: "service".to_owned(),
@@ -293,6 +313,7 @@ impl Supervisor {
             backoff: BACKOFF_BASE,
             kill_at: None,
             restart_now: false,
+            retiring: false,
         };
         let mut supervisor = Supervisor {
             exe,
@@ -301,10 +322,15 @@ impl Supervisor {
             _lock: lock,
             original,
             root,
+            service_user,
             helpers,
             service,
+            reload: None,
             signals,
             dev_null,
+            confirm_dir: config
+                .require_local_confirm
+                .then(crate::confirm::confirm_dir),
             stopping: false,
         };
         for i in 0..supervisor.helpers.len() {
@@ -338,7 +364,7 @@ impl Supervisor {
                 match Signal::try_from(info.ssi_signo as i32) {
                     Ok(Signal::SIGCHLD) => self.reap(),
                     Ok(Signal::SIGTERM | Signal::SIGINT) => stop = true,
-                    Ok(Signal::SIGHUP) => self.restart_service(),
+                    Ok(Signal::SIGHUP) => self.request_restart(),
                     _ => {}
                 }
             }
@@ -349,6 +375,7 @@ impl Supervisor {
                 return 0;
             }
             self.due();
+            self.advance_reload();
         }
     }
 
@@ -384,7 +411,8 @@ impl Supervisor {
                 self.start_helper(i);
             }
         }
-        if self.service.restart_at.is_some_and(|at| at <= now) {
+        // A pending reload starts the service itself, after the helpers.
+        if self.reload.is_none() && self.service.restart_at.is_some_and(|at| at <= now) {
             self.start_service();
         }
     }
@@ -397,7 +425,10 @@ impl Supervisor {
                 Ok(status) => status,
             };
             let Some(pid) = status.pid() else { continue };
-            let restart_service_now;
+            if self.service.pid == Some(pid) {
+                // RuntimeDirectory= goes with the service's end.
+                self.remove_confirm_dir();
+            }
             let stopping = self.stopping;
             {
                 let Some(unit) = self.units_mut().find(|u| u.pid == Some(pid)) else {
@@ -416,10 +447,10 @@ impl Supervisor {
                     WaitStatus::Signaled(_, signal, _) => (None, Some(signal as i32)),
                     _ => (None, None),
                 };
-                restart_service_now = std::mem::take(&mut unit.restart_now);
-                if stopping {
+                let restart_now = std::mem::take(&mut unit.restart_now);
+                if stopping || unit.retiring {
                     info!(code = "stopped", unit = unit.label, status = code, signal);
-                } else if restart_service_now {
+                } else if restart_now {
                     info!(code = "stopped_for_restart", unit = unit.label);
                 } else if code == Some(0) || code == Some(crate::EXIT_REFUSED_START) {
                     info!(
@@ -444,26 +475,133 @@ impl Supervisor {
                     unit.backoff = (unit.backoff * 2).min(BACKOFF_CAP);
                 }
             }
-            if restart_service_now && self.service.pid.is_none() {
-                self.start_service();
-            }
         }
     }
 
-    /// SIGHUP: restart the service now.
-    fn restart_service(&mut self) {
+    /// SIGHUP: `daemon-reload` and a restart of the service (D-260). Reads
+    /// the configuration again; when it is refused, nothing changes.
+    fn request_restart(&mut self) {
         info!(code = "restart_requested");
-        match self.service.pid {
-            Some(pid) => {
-                self.service.restart_now = true;
-                self.service.kill_at = Some(Instant::now() + STOP_TIMEOUT);
-                let _ = kill(pid, Signal::SIGTERM);
+        let config = match Config::load(&self.config_path) {
+            Ok(c) => c.host_service,
+            Err(e) => {
+                error!(
+                    code = "config_invalid",
+                    key = e.key().unwrap_or(""),
+                    "restart refused: the configuration does not decode; everything keeps running as it was"
+                );
+                return;
             }
-            None => {
-                self.service.backoff = BACKOFF_BASE;
-                self.start_service();
+        };
+        let moved = if config.runtime_dir != self.runtime_dir {
+            Some("host_service.runtime_dir")
+        } else if config.service_user != self.service_user.name {
+            Some("host_service.service_user")
+        } else {
+            None
+        };
+        if let Some(key) = moved {
+            error!(
+                code = "supervise_restart_needed",
+                key,
+                "restart refused: only a new bothy-host supervise takes this change over; everything keeps running as it was"
+            );
+            return;
+        }
+        // A later request replaces an earlier one that waits.
+        self.reload = Some(config);
+        self.service.restart_at = None;
+        self.service.backoff = BACKOFF_BASE;
+        if let Some(pid) = self.service.pid
+            && !self.service.restart_now
+        {
+            self.service.restart_now = true;
+            self.service.kill_at = Some(Instant::now() + STOP_TIMEOUT);
+            let _ = kill(pid, Signal::SIGTERM);
+        }
+    }
+
+    /// Carries a requested restart forward once the service has ended: the
+    /// helpers of names no longer listed stop and go, then the helpers of new
+    /// names start as at the start, then the service (D-260).
+    fn advance_reload(&mut self) {
+        if self.stopping || self.service.pid.is_some() {
+            return;
+        }
+        let Some(config) = &self.reload else { return };
+        let now = Instant::now();
+        for unit in &mut self.helpers {
+            let listed = unit
+                .helper_name()
+                .is_some_and(|name| config.session_users.iter().any(|u| u == name));
+            if listed || unit.retiring {
+                continue;
+            }
+            unit.retiring = true;
+            unit.restart_at = None;
+            if let UnitKind::Helper { endpoint, .. } = &unit.kind {
+                // Nothing reaches the helper any more.
+                let _ = fs::remove_file(endpoint);
+            }
+            if let Some(pid) = unit.pid {
+                info!(
+                    code = "helper_stopping",
+                    unit = unit.label,
+                    "no longer listed"
+                );
+                let _ = kill(pid, Signal::SIGTERM);
+                unit.kill_at = Some(now + STOP_TIMEOUT);
             }
         }
+        if self.helpers.iter().any(|u| u.retiring && u.pid.is_some()) {
+            return;
+        }
+        let Some(config) = self.reload.take() else {
+            return;
+        };
+        let before = self.helpers.len();
+        self.helpers.retain(|unit| {
+            if !unit.retiring {
+                return true;
+            }
+            if let Err(e) = unit.cgroup.kill_and_remove(EMPTY_BOUND) {
+                warn!(code = "cgroup_not_removed", unit = unit.label, error = %e);
+            }
+            let _ = fs::remove_file(&unit.record);
+            info!(code = "helper_removed", unit = unit.label);
+            false
+        });
+        let removed = before - self.helpers.len();
+        let existing: Vec<String> = self
+            .helpers
+            .iter()
+            .filter_map(|u| u.helper_name().map(str::to_owned))
+            .collect();
+        let added = new_helper_units(&config, &existing, &self.service_user, &self.root);
+        let first_new = self.helpers.len();
+        self.helpers.extend(added);
+        // The labels follow the positions in the list read now.
+        for unit in &mut self.helpers {
+            if let Some(index) = unit
+                .helper_name()
+                .and_then(|name| config.session_users.iter().position(|u| u == name))
+            {
+                unit.label = format!("helper {index}");
+            }
+        }
+        for i in first_new..self.helpers.len() {
+            self.start_helper(i);
+        }
+        self.confirm_dir = config
+            .require_local_confirm
+            .then(crate::confirm::confirm_dir);
+        info!(
+            code = "reloaded",
+            helpers = self.helpers.len(),
+            added = self.helpers.len() - first_new,
+            removed
+        );
+        self.start_service();
     }
 
     fn start_helper(&mut self, index: usize) {
@@ -539,6 +677,12 @@ impl Supervisor {
         let UnitKind::Service { credentials } = &self.service.kind else {
             return;
         };
+        if let Some(folder) = &self.confirm_dir
+            && let Err(e) = runtime_directory(folder, credentials.uid, credentials.gid)
+        {
+            // The service then cannot open confirm.sock and denies every start.
+            error!(code = "confirm_dir_unusable", error = %e);
+        }
         let started = start_unit(
             &program,
             argv,
@@ -588,7 +732,18 @@ impl Supervisor {
         }
         let _ = fs::remove_file(&self.service.record);
         let _ = fs::remove_file(manager::supervise_record(&self.runtime_dir));
+        self.remove_confirm_dir();
         info!(code = "supervise_stopped");
+    }
+
+    fn remove_confirm_dir(&self) {
+        if let Some(folder) = &self.confirm_dir {
+            match fs::remove_dir_all(folder) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => warn!(code = "confirm_dir_not_removed", error = %e),
+            }
+        }
     }
 
     /// SIGTERM to the service (`service`) or to every helper, SIGKILL after
@@ -691,6 +846,42 @@ fn start_unit(
     Ok(child.pid)
 }
 
+/// The units of every name of `config.session_users` that has none among
+/// `existing` — the one path of the start and of a reload. A duplicate and a
+/// name without an account are skipped and logged (the doctor reports HD1),
+/// as is a helper whose endpoint or cgroup cannot be set up.
+fn new_helper_units(
+    config: &HostServiceConfig,
+    existing: &[String],
+    service_user: &User,
+    root: &Cgroup,
+) -> Vec<Unit> {
+    let mut units = Vec::new();
+    let mut seen: Vec<&str> = Vec::new();
+    for (index, name) in config.session_users.iter().enumerate() {
+        if seen.contains(&name.as_str()) {
+            warn!(code = "session_user_duplicate", index, "helper skipped");
+            continue;
+        }
+        seen.push(name);
+        if existing.iter().any(|e| e == name) {
+            continue;
+        }
+        let user = match User::from_name(name) {
+            Ok(Some(u)) => u,
+            _ => {
+                warn!(code = "user_missing", index, "helper skipped");
+                continue;
+            }
+        };
+        match helper_unit(index, name, &user, config, service_user, root) {
+            Ok(unit) => units.push(unit),
+            Err(e) => error!(code = "helper_setup_failed", index, error = %e, "helper skipped"),
+        }
+    }
+    units
+}
+
 /// Sets up the endpoint and the cgroup of one helper.
 fn helper_unit(
     index: usize,
@@ -711,6 +902,7 @@ fn helper_unit(
     Ok(Unit {
         label: format!("helper {index}"),
         kind: UnitKind::Helper {
+            name: name.to_owned(),
             listener,
             endpoint,
             credentials: Credentials {
@@ -728,6 +920,7 @@ fn helper_unit(
         backoff: BACKOFF_BASE,
         kill_at: None,
         restart_now: false,
+        retiring: false,
     })
 }
 
@@ -781,6 +974,20 @@ fn fresh_cgroup(cgroup: &Cgroup, delegate_to: Option<(u32, u32)>) -> io::Result<
         }
     }
     Ok(())
+}
+
+/// Makes `folder` as systemd makes a `RuntimeDirectory=`: anew (whatever was
+/// there, also a link, is removed first), owned by `uid`:`gid`, mode 0755.
+fn runtime_directory(folder: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    match fs::symlink_metadata(folder) {
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(folder)?,
+        Ok(_) => fs::remove_file(folder)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    fs::create_dir(folder)?;
+    std::os::unix::fs::lchown(folder, Some(uid), Some(gid))?;
+    fs::set_permissions(folder, fs::Permissions::from_mode(0o755))
 }
 
 /// Creates `folder` if needed and makes it a folder of root with mode 0755;

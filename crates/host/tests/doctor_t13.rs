@@ -7,10 +7,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "support/causes.rs"]
+mod causes;
 mod doctor_common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use bothy_host::doctor::Places;
@@ -19,6 +20,7 @@ use bothy_host::doctor::service_side::{
 };
 use bothy_proto::control::LlmCredentials;
 use bothy_proto::doctor::{Check, DoctorCode, DoctorEntry};
+use causes::{Membership, SudoRule};
 use doctor_common::*;
 
 fn test_places(root: &RootDir, users: &[&TestUser]) -> Places {
@@ -128,50 +130,6 @@ async fn root_as_session_user_is_privileged() {
     );
 }
 
-/// Adds `user` to `group` (created when missing, removed again if it was).
-struct Membership {
-    created: Option<String>,
-}
-
-impl Membership {
-    fn add(user: &TestUser, group: &str) -> Membership {
-        let exists = Command::new("getent")
-            .args(["group", group])
-            .output()
-            .unwrap()
-            .status
-            .success();
-        let created = if exists {
-            None
-        } else {
-            assert!(
-                Command::new("groupadd")
-                    .arg(group)
-                    .status()
-                    .unwrap()
-                    .success()
-            );
-            Some(group.to_owned())
-        };
-        assert!(
-            Command::new("usermod")
-                .args(["-aG", group, &user.name])
-                .status()
-                .unwrap()
-                .success()
-        );
-        Membership { created }
-    }
-}
-
-impl Drop for Membership {
-    fn drop(&mut self) {
-        if let Some(group) = &self.created {
-            let _ = Command::new("groupdel").arg(group).status();
-        }
-    }
-}
-
 #[test]
 fn a_session_user_in_group_sudo_or_docker_is_in_a_forbidden_group() {
     for group in ["sudo", "docker"] {
@@ -181,7 +139,7 @@ fn a_session_user_in_group_sudo_or_docker_is_in_a_forbidden_group() {
         let config = config(&root, &svc, &[&a]);
         let places = test_places(&root, &[&svc, &a]);
         assert!(!service_codes(&config, places.clone()).contains(&DoctorCode::ForbiddenGroup));
-        let _member = Membership::add(&a, group);
+        let _member = Membership::add(&a.name, group);
         let codes = service_codes(&config, places);
         assert!(
             codes.contains(&DoctorCode::ForbiddenGroup),
@@ -243,27 +201,6 @@ fn real_sudo() -> PathBuf {
     sudo
 }
 
-/// A rule in /etc/sudoers.d, removed on drop.
-struct SudoRule(PathBuf);
-
-impl SudoRule {
-    fn passwordless(user: &TestUser) -> SudoRule {
-        let path = Path::new("/etc/sudoers.d").join(format!("bothy-test-{}", user.name));
-        write(
-            &path,
-            &format!("{} ALL=(ALL) NOPASSWD: ALL\n", user.name),
-            0o440,
-        );
-        SudoRule(path)
-    }
-}
-
-impl Drop for SudoRule {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
 #[tokio::test]
 async fn passwordless_sudo_of_a_session_user_or_the_service_user_refuses_the_start() {
     real_sudo();
@@ -273,7 +210,7 @@ async fn passwordless_sudo_of_a_session_user_or_the_service_user_refuses_the_sta
     let config = config(&root, &svc, &[&a]);
     let places = test_places(&root, &[&svc, &a]);
     {
-        let _rule = SudoRule::passwordless(&a);
+        let _rule = SudoRule::passwordless(&a.name);
         let doctor = full_run(
             &config,
             Some(LlmCredentials::Organization),
@@ -290,7 +227,7 @@ async fn passwordless_sudo_of_a_session_user_or_the_service_user_refuses_the_sta
         assert!(!service_codes(&config, places.clone()).contains(&DoctorCode::PasswordlessSudo));
     }
     {
-        let _rule = SudoRule::passwordless(&svc);
+        let _rule = SudoRule::passwordless(&svc.name);
         assert!(service_codes(&config, places.clone()).contains(&DoctorCode::PasswordlessSudo));
     }
     assert!(!service_codes(&config, places).contains(&DoctorCode::PasswordlessSudo));

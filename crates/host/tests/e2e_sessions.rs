@@ -158,6 +158,56 @@ async fn reattach_replays_the_scrollback_even_after_it_wrapped() {
     again.expect_output("LIVE").await;
 }
 
+/// 6.2: another attach while a device is paired: the older stream gets 4103
+/// (never 4102 when the host service then replaces its data connection), the
+/// new device pairs, and the session is active again, so the relay's detach
+/// clock does not end it after terminal.detach_grace (15 minutes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_attach_replaces_the_paired_device_with_4103_and_the_session_is_active_again() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let mut first = scenario.open_shell().await;
+    first.type_text("echo ON\"\"E\n").await;
+    first.expect_output("ONE").await;
+    let session_id = first.session_id;
+    scenario.wait_state(session_id, "active").await;
+    let mut second = scenario.attach(&scenario.owner, session_id, size()).await;
+    assert_eq!(
+        first.expect_close().await,
+        (4103, "terminal_replaced".to_owned())
+    );
+    assert_eq!(second.recv().await, Received::ReplayBegin);
+    loop {
+        match second.recv().await {
+            Received::Data(_) => {}
+            Received::ReplayEnd => break,
+            other => panic!("unexpected {other:?} in the replay"),
+        }
+    }
+    second.output.clear();
+    second.type_text("echo TW\"\"O\n").await;
+    second.expect_output("TWO").await;
+    scenario.wait_state(session_id, "active").await;
+    // Past the detach grace on the server's clock: the relay looks twice and
+    // ends nothing.
+    scenario
+        .server
+        .clock
+        .advance(std::time::Duration::from_secs(16 * 60));
+    let relay = scenario.server.state.relay();
+    let seen = relay.ticks();
+    tokio::time::timeout(e2e_common::WAIT, async {
+        while relay.ticks() < seen + 2 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    })
+    .await
+    .expect("the relay looks at its clocks");
+    second.output.clear();
+    second.type_text("echo THR\"\"EE\n").await;
+    second.expect_output("THREE").await;
+    assert_eq!(scenario.session_row(session_id).await.0, "active");
+}
+
 /// TM-T03: a relay that replays message 1 (the same token) on a new data
 /// connection gets 4101 token_replayed, no second PTY, and the session stays
 /// attachable.
@@ -331,10 +381,8 @@ async fn revoked<F, Fut>(
 {
     let mut device = scenario.open_as(person, "shell", size()).await;
     start_background(&mut device).await;
-    assert!(
-        scenario.session_processes(index).len() >= 3,
-        "the shell and two sleeps run"
-    );
+    // `setsid` forks once more inside the background job: wait for it.
+    scenario.wait_session_processes(index, 3).await;
     revoke(device.session_id).await;
     assert_eq!(
         device.expect_close().await,

@@ -308,3 +308,170 @@ async fn sigterm_stops_everything_and_removes_cgroups_endpoints_and_records() {
     assert!(!manager::service_record(&sup.runtime_dir).exists());
     assert!(!manager::supervise_record(&sup.runtime_dir).exists());
 }
+
+/// The configuration file of `sup` with `edit` applied.
+fn rewrite_config(sup: &Supervised, edit: impl FnOnce(String) -> String) {
+    let text = fs::read_to_string(&sup.config).unwrap();
+    fs::write(&sup.config, edit(text)).unwrap();
+}
+
+/// SIGHUP is `systemctl daemon-reload` plus a restart of the service (D-260):
+/// the helper of a name no longer listed stops and goes with its endpoint,
+/// record and cgroup before the service starts again; a newly listed session
+/// user gets its endpoint and its helper as at the start; a helper that stays
+/// listed keeps running; the folder of confirm.sock follows
+/// require_local_confirm.
+#[tokio::test]
+async fn sighup_reads_the_configuration_again_and_applies_the_helpers_and_the_confirm_folder() {
+    let sup = Supervised::start(2);
+    let (gone, kept) = (sup.user(0), sup.user(1));
+    let new = support::users::TestUser::create("c");
+    let gone_helper = sup.helper_pid(gone);
+    let gone_cgroup = sup.helper_cgroup(gone);
+    let kept_helper = sup.helper_pid(kept);
+    let service = sup.service_pid();
+    assert_eq!(processes_of(gone.uid, ""), [gone_helper]);
+    assert!(!sup.confirm_dir().exists());
+
+    rewrite_config(&sup, |text| {
+        text.replace(
+            &format!("[{}, {}]", gone.name, kept.name),
+            &format!("[{}, {}]", kept.name, new.name),
+        ) + "  require_local_confirm: true\n"
+    });
+    let out = restart(&sup);
+    assert!(out.status.success(), "{out:?}\n{}", sup.log_text());
+    let second = sup.service_pid();
+    assert_ne!(second, service);
+    assert!(String::from_utf8_lossy(&out.stdout).contains(&second.to_string()));
+
+    // The removed name: stopped before the service started again, and gone.
+    assert!(
+        processes_of(gone.uid, "").is_empty(),
+        "{:?}",
+        processes_of(gone.uid, "")
+    );
+    assert!(!sup.endpoint(gone).exists());
+    assert!(!manager::helper_record(&sup.runtime_dir, &gone.name).exists());
+    assert!(!gone_cgroup.exists(), "{}", gone_cgroup.display());
+
+    // The kept one runs on.
+    assert_eq!(sup.helper_pid(kept), kept_helper);
+
+    // The new one: started before the service, as its user, in its delegated
+    // cgroup, behind an endpoint of the service user; the peer check and a
+    // round trip on its main connection pass.
+    let record = manager::helper_record(&sup.runtime_dir, &new.name);
+    let helper =
+        manager::read_record(&sup.runtime_dir, &record).expect("started before the service");
+    assert_eq!(uid_of(helper), new.uid);
+    let endpoint = fs::symlink_metadata(sup.endpoint(&new)).unwrap();
+    assert_eq!(
+        (endpoint.uid(), endpoint.mode() & 0o777),
+        (sup.service_user.uid, 0o600)
+    );
+    assert!(
+        sup.helper_cgroup(&new)
+            .ends_with(format!("helper@{}", new.name))
+    );
+    let _main = sup.main(&new).await;
+
+    // The folder of confirm.sock, as RuntimeDirectory= makes it.
+    let confirm = fs::symlink_metadata(sup.confirm_dir()).unwrap();
+    assert!(confirm.is_dir());
+    assert_eq!(
+        (confirm.uid(), confirm.mode() & 0o777),
+        (sup.service_user.uid, 0o755)
+    );
+    assert!(sup.log_text().contains("reloaded"));
+    // The log names positions, never the session users.
+    for name in [&gone.name, &new.name] {
+        assert!(!sup.log_text().contains(name.as_str()), "{name} in the log");
+    }
+
+    // Switched off again: the folder goes with the service and stays away.
+    rewrite_config(&sup, |text| {
+        text.replace("  require_local_confirm: true\n", "")
+    });
+    let out = restart(&sup);
+    assert!(out.status.success(), "{out:?}\n{}", sup.log_text());
+    assert_ne!(sup.service_pid(), second);
+    assert!(!sup.confirm_dir().exists());
+    assert_eq!(sup.helper_pid(kept), kept_helper);
+    assert_eq!(sup.helper_pid(&new), helper);
+}
+
+/// A SIGHUP whose configuration no longer decodes restarts nothing: supervise
+/// logs config_invalid with the key, the service and the helpers run on
+/// unchanged, and the list of the broken file is not applied. A change only a
+/// new supervise can take over is refused the same way. Fixed, the next
+/// restart applies it (D-260).
+#[test]
+fn a_sighup_with_a_configuration_that_no_longer_decodes_restarts_nothing() {
+    let sup = Supervised::start(1);
+    let user = sup.user(0);
+    let newcomer = support::users::TestUser::create("n");
+    let helper = sup.helper_pid(user);
+    let service = sup.service_pid();
+    poll("the first start", || {
+        (!sup.service_starts().is_empty()).then_some(())
+    });
+    let good = fs::read_to_string(&sup.config).unwrap();
+    let with_newcomer = good.replace(
+        &format!("[{}]", user.name),
+        &format!("[{}, {}]", user.name, newcomer.name),
+    );
+    assert_ne!(with_newcomer, good);
+    let unchanged = || {
+        sup.service_pid() == service
+            && sup.service_starts().len() == 1
+            && sup.helper_pid(user) == helper
+            && !sup.endpoint(&newcomer).exists()
+    };
+
+    fs::write(&sup.config, format!("{with_newcomer}  nope: 1\n")).unwrap();
+    signal(sup.supervise_pid(), Signal::SIGHUP);
+    sup.wait_log("config_invalid");
+    assert!(
+        sup.log_text().contains("host_service.nope"),
+        "{}",
+        sup.log_text()
+    );
+    assert!(
+        stays(Duration::from_secs(1), unchanged),
+        "{}",
+        sup.log_text()
+    );
+    // bothy-host restart refuses that file itself, before any signal.
+    let out = restart(&sup);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("configuration is invalid"));
+    assert!(unchanged());
+
+    // Another runtime folder: only a new supervise can take it over.
+    fs::write(
+        &sup.config,
+        with_newcomer.replace(
+            sup.runtime_dir.to_str().unwrap(),
+            sup.dir.path().join("elsewhere").to_str().unwrap(),
+        ),
+    )
+    .unwrap();
+    signal(sup.supervise_pid(), Signal::SIGHUP);
+    sup.wait_log("supervise_restart_needed");
+    assert!(sup.log_text().contains("host_service.runtime_dir"));
+    assert!(
+        stays(Duration::from_secs(1), unchanged),
+        "{}",
+        sup.log_text()
+    );
+    assert!(!sup.dir.path().join("elsewhere").exists());
+
+    // Fixed: the next restart applies the list.
+    fs::write(&sup.config, &with_newcomer).unwrap();
+    let out = restart(&sup);
+    assert!(out.status.success(), "{out:?}\n{}", sup.log_text());
+    assert_ne!(sup.service_pid(), service);
+    assert_eq!(sup.helper_pid(user), helper);
+    assert_eq!(uid_of(sup.helper_pid(&newcomer)), newcomer.uid);
+}

@@ -5,7 +5,9 @@
 //! of this configuration's `runtime_dir` (`supervise.lock`), the command sends
 //! it SIGHUP and waits until the record `pids/service.pid` names a new process
 //! — supervise restarts the service also after an exit 78, which is how a
-//! refused start is started again once fixed (D-M2-42-14). Otherwise, on a
+//! refused start is started again once fixed (D-M2-42-14), and reads the
+//! configuration again before, applying its session users to the helpers
+//! (D-260). Otherwise, on a
 //! host booted with systemd (`/run/systemd/system` exists), it runs
 //! `systemctl restart bothy-host.service`. Neither: exit 1 with a message.
 
@@ -127,7 +129,9 @@ pub fn restart_under_supervise(
         }
         if Instant::now() >= deadline {
             return Err(format!(
-                "supervise (PID {supervise_pid}) did not start the service within {} s",
+                "supervise (PID {supervise_pid}) did not start the service within {} s; \
+                 its log says why (config_invalid or supervise_restart_needed: a refused \
+                 restart leaves everything running as it was, D-260)",
                 bound.as_secs()
             ));
         }

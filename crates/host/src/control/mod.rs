@@ -21,6 +21,7 @@ pub mod backoff;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bothy_net::ServerSocket;
 use bothy_proto::codes::CloseCode;
 use bothy_proto::control::{Heartbeat, HostMessage, Identify, Ready, ServerMessage};
 use bothy_proto::jws::HostAuthClaims;
@@ -35,7 +36,6 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsClos
 use self::backoff::{Backoff, retry_after};
 use crate::EXIT_REFUSED_START;
 use crate::data::now_ms;
-use crate::net::ServerSocket;
 use crate::service::Host;
 use crate::sessions::Reporter;
 

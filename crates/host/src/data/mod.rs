@@ -18,6 +18,7 @@ pub mod checks;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bothy_net::ServerSocket;
 use bothy_noise::{Responder, Transport};
 use bothy_proto::codes::{CloseCode, CloseDetail, CloseReason};
 use bothy_proto::control::{Identify, SessionOpen};
@@ -34,7 +35,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsClos
 use uuid::Uuid;
 
 use self::checks::{Accepted, CheckContext, check_message1, write_message2};
-use crate::net::ServerSocket;
+use crate::confirm::protocol::Kind as ConfirmKind;
 use crate::service::Host;
 use crate::sessions::core::{self, CoreSettings};
 use crate::sessions::{CoreCmd, OutFrame, PtyHandle};
@@ -346,7 +347,9 @@ impl Link {
         // The gate, the local confirmation, the PTY (6.1 step 7).
         let started = async {
             self.host.gate(&claims.osu).await?;
-            self.host.confirm_locally("open", &claims).await?;
+            self.host
+                .confirm_locally(ConfirmKind::Open, &claims)
+                .await?;
             self.host.start_pty(&claims, size).await
         }
         .await;
@@ -450,7 +453,11 @@ impl Link {
         let Ok(replay) = answer.await else {
             return;
         };
-        if let Err(detail) = self.host.confirm_locally("attach", &claims).await {
+        if let Err(detail) = self
+            .host
+            .confirm_locally(ConfirmKind::Attach, &claims)
+            .await
+        {
             // A denied attach ends the session (6.4).
             let _ = cmd
                 .send(CoreCmd::End(CloseReason::OpenFailed, Some(detail)))

@@ -55,29 +55,44 @@ impl UserEntry {
     }
 
     /// The account as the checks see it: every group from `getgrouplist`.
-    /// When the group list cannot be read, only the primary group counts.
+    /// When the group list cannot be read, only the primary group counts
+    /// here; HD2 then fails ([`UserEntry::groups`] is `None`), so such an
+    /// account never gets a start.
     pub fn account(&self) -> Account {
         Account {
             uid: self.uid,
-            gids: self.groups(),
+            gids: self.groups().unwrap_or_else(|| vec![self.gid]),
         }
     }
 
-    /// The primary and supplementary group IDs.
-    pub fn groups(&self) -> Vec<u32> {
-        let Ok(name) = CString::new(self.name.as_str()) else {
-            return vec![self.gid];
-        };
-        match nix::unistd::getgrouplist(&name, Gid::from_raw(self.gid)) {
-            Ok(gids) => {
-                let mut out: Vec<u32> = gids.into_iter().map(Gid::as_raw).collect();
-                if !out.contains(&self.gid) {
-                    out.push(self.gid);
-                }
-                out
-            }
-            Err(_) => vec![self.gid],
+    /// The primary and supplementary group IDs; `None` when the group list
+    /// cannot be read (a name NSS refuses, an error of `getgrouplist`).
+    pub fn groups(&self) -> Option<Vec<u32>> {
+        let name = CString::new(self.name.as_str()).ok()?;
+        let gids = nix::unistd::getgrouplist(&name, Gid::from_raw(self.gid)).ok()?;
+        let mut out: Vec<u32> = gids.into_iter().map(Gid::as_raw).collect();
+        if !out.contains(&self.gid) {
+            out.push(self.gid);
         }
+        Some(out)
+    }
+
+    /// The forbidden groups of HD2 (the fixed list and `extra`) this account
+    /// is in, sorted; `None` when its group list cannot be read, which HD2
+    /// and `install` treat as a finding (fail closed).
+    pub fn forbidden_groups(&self, extra: &[String]) -> Option<Vec<String>> {
+        let mut out: Vec<String> = self
+            .groups()?
+            .into_iter()
+            .filter_map(group_name)
+            .filter(|g| {
+                super::service_side::FORBIDDEN_GROUPS.contains(&g.as_str())
+                    || extra.iter().any(|e| e == g)
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        Some(out)
     }
 }
 
@@ -154,6 +169,29 @@ fn parse_passwd_line(line: &str) -> Option<UserEntry> {
 mod tests {
     use super::*;
 
+    /// A group list that cannot be read is a finding of HD2, never "no
+    /// forbidden group" (fail closed); the account's writability checks
+    /// still count its primary group.
+    #[test]
+    fn an_unreadable_group_list_fails_closed() {
+        let entry = UserEntry {
+            name: "no\0such".into(),
+            uid: 54_321,
+            gid: 54_321,
+            home: PathBuf::from("/nonexistent"),
+            shell: PathBuf::from("/bin/sh"),
+        };
+        assert_eq!(entry.groups(), None);
+        assert_eq!(entry.forbidden_groups(&[]), None);
+        assert_eq!(entry.account().gids, vec![54_321]);
+        let root = UserEntry::lookup("root").unwrap().expect("root");
+        assert_eq!(root.forbidden_groups(&[]), Some(Vec::new()));
+        assert_eq!(
+            root.forbidden_groups(&["root".to_owned()]),
+            Some(vec!["root".to_owned()])
+        );
+    }
+
     #[test]
     fn names() {
         for ok in ["alice", "_x", "A.b-c_9", &"a".repeat(32)] {
@@ -193,7 +231,7 @@ mod tests {
     fn root_is_in_the_database() {
         let root = UserEntry::lookup("root").expect("database").expect("root");
         assert_eq!(root.uid, 0);
-        assert!(root.groups().contains(&0));
+        assert!(root.groups().expect("root's groups").contains(&0));
         assert_eq!(group_name(0).as_deref(), Some("root"));
         assert_eq!(UserEntry::lookup("no-such-user-bothy").expect("db"), None);
     }

@@ -272,15 +272,11 @@ fn hd2(
         .into_iter()
         .chain(session.iter().map(|(_, e)| e))
         .collect();
-    let forbidden = |group: &str| {
-        FORBIDDEN_GROUPS.contains(&group)
-            || config.extra_forbidden_groups.iter().any(|g| g == group)
-    };
+    // A group list that cannot be read counts as a forbidden group: the
+    // check cannot show the account is outside them (fail closed).
     let in_forbidden = everyone.iter().any(|e| {
-        e.groups()
-            .into_iter()
-            .filter_map(accounts::group_name)
-            .any(|g| forbidden(&g))
+        e.forbidden_groups(&config.extra_forbidden_groups)
+            .is_none_or(|groups| !groups.is_empty())
     });
     if in_forbidden {
         codes.push(DoctorCode::ForbiddenGroup);

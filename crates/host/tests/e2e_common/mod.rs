@@ -91,9 +91,36 @@ impl Drop for ScenarioDir {
     }
 }
 
-/// The path of the `bothy-host` binary under test.
+/// The path of the `bothy-host` binary under test: Cargo's for the tests of
+/// bothy-host; for the tests of another package (the `bothy` client's), the
+/// one in the same target folder as the test binary, which `cargo test
+/// --workspace` builds (docs/decisions.md D-224).
 pub fn bothy_host() -> &'static str {
-    env!("CARGO_BIN_EXE_bothy-host")
+    match option_env!("CARGO_BIN_EXE_bothy-host") {
+        Some(path) => path,
+        None => bothy_host_beside_the_test(),
+    }
+}
+
+/// `<target>/<profile>/bothy-host` beside `<target>/<profile>/deps/<test>`.
+fn bothy_host_beside_the_test() -> &'static str {
+    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let test = std::env::current_exe().expect("the test binary's path");
+        let profile_dir = test
+            .parent()
+            .and_then(Path::parent)
+            .expect("the test binary lives in <target>/<profile>/deps");
+        let path = profile_dir.join("bothy-host");
+        assert!(
+            path.is_file(),
+            "{} is missing: build it first with `cargo build -p bothy-host --features \
+             test-seams`, or run the tests with `cargo test --workspace --features \
+             bothy-host/test-seams,bothy/test-seams`",
+            path.display()
+        );
+        path.display().to_string()
+    })
 }
 
 /// The options of a scenario.
@@ -110,6 +137,9 @@ pub struct Options {
     pub llm_credentials: &'static str,
     /// `HTTPS_PROXY` for `pair` and the service (through supervise).
     pub https_proxy: Option<String>,
+    /// Extra environment of supervise (test seams `BOTHY_HOST_TEST_*`, which
+    /// supervise hands to the service).
+    pub extra_env: Vec<(String, PathBuf)>,
 }
 
 impl Default for Options {
@@ -120,6 +150,7 @@ impl Default for Options {
             extra_terminal_yaml: String::new(),
             llm_credentials: "none",
             https_proxy: None,
+            extra_env: Vec::new(),
         }
     }
 }
@@ -138,6 +169,7 @@ pub struct Scenario {
     pub runtime_dir: PathBuf,
     pub log_path: PathBuf,
     https_proxy: Option<String>,
+    extra_env: Vec<(String, PathBuf)>,
     supervise: Option<Child>,
     follower: tokio::task::JoinHandle<()>,
 }
@@ -284,6 +316,7 @@ impl Scenario {
             runtime_dir,
             log_path,
             https_proxy: options.https_proxy.clone(),
+            extra_env: options.extra_env.clone(),
             supervise: None,
             follower,
         };
@@ -314,6 +347,9 @@ impl Scenario {
             );
         if let Some(proxy) = &self.https_proxy {
             command.env("HTTPS_PROXY", proxy);
+        }
+        for (name, value) in &self.extra_env {
+            command.env(name, value);
         }
         let child = command
             .stdin(Stdio::null())
@@ -461,6 +497,22 @@ impl Scenario {
     }
 
     /// Waits (bounded) until session user `index` runs nothing but its helper.
+    /// Waits until at least `count` processes of session user `index` run.
+    pub async fn wait_session_processes(&self, index: usize, count: usize) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let running = self.session_processes(index);
+            if running.len() >= count {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "fewer than {count} processes of the session user: {running:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn wait_no_session_processes(&self, index: usize) {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
@@ -741,4 +793,230 @@ impl DeviceSession {
             }
         }
     }
+}
+
+/// Additions for the policy scenarios (issue 7: TM-T21, T24–T27, T29).
+impl Scenario {
+    /// Waits (bounded) until the host's log contains `needle`.
+    pub async fn wait_log(&self, needle: &str) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while !self.log().contains(needle) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{needle} never appeared in the host log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// The doctor entries the server stored for the host (`reported_doctor`).
+    pub async fn reported_doctor(&self) -> Vec<Value> {
+        let stored: Option<String> =
+            sqlx::query_scalar("SELECT reported_doctor FROM hosts WHERE id = $1")
+                .bind(&self.host_id)
+                .fetch_one(self.server.db().db.pool())
+                .await
+                .expect("reported_doctor");
+        stored
+            .map(|text| serde_json::from_str::<Vec<Value>>(&text).expect("doctor entries"))
+            .unwrap_or_default()
+    }
+
+    /// Waits (bounded) until the stored doctor entries satisfy `test`; them.
+    pub async fn wait_doctor(&self, what: &str, test: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let entries = self.reported_doctor().await;
+            if test(&entries) {
+                return entries;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the server never stored a report with {what}: {entries:?}; host log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Stops the service, rewrites the configuration file with `edit`, and
+    /// starts the service again (it reads the configuration only at start).
+    /// The caller waits for what it expects (connected, or a refused start).
+    pub fn reconfigure(&mut self, edit: impl FnOnce(String) -> String) {
+        self.stop_service();
+        let text = fs::read_to_string(&self.config_path).expect("config");
+        fs::write(&self.config_path, edit(text)).expect("config");
+        self.start_service();
+    }
+
+    /// `bothy-host <args>` with this scenario's configuration, as root, with
+    /// the same test seam as the service (this kernel has no Yama: a
+    /// `doctor` that checks by itself reads the scenario's ptrace_scope).
+    pub fn host_command(&self, args: &[&str]) -> std::process::Output {
+        Command::new(bothy_host())
+            .arg("--config")
+            .arg(&self.config_path)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .env(
+                "BOTHY_HOST_TEST_PTRACE_SCOPE_FILE",
+                self.dir.path.join("ptrace_scope"),
+            )
+            .output()
+            .expect("bothy-host runs")
+    }
+
+    /// A host change by the first owner with a fresh step-up and the current
+    /// `If-Match`: `method /api/v1/hosts/{id}{path}` with `body` plus `reason`
+    /// and `step_up_id`; the reply.
+    pub async fn host_change(&self, method: reqwest::Method, path: &str, mut body: Value) -> Reply {
+        let owner = &self.owner;
+        let host = crate::hosts_common::get_host(&self.server, owner.token(), &self.host_id).await;
+        let etag = crate::hosts_common::etag_of(&host);
+        body["reason"] = json!("test");
+        body["step_up_id"] = json!(step_up(&self.server, owner).await);
+        crate::hosts_common::send(
+            &self.server,
+            method,
+            &format!("/api/v1/hosts/{}{path}", self.host_id),
+            Some(owner.token()),
+            Some(&body),
+            &[("If-Match", &etag)],
+        )
+        .await
+    }
+
+    /// Gives `person` the session user `index` (the owner keeps the first).
+    pub async fn assign_user(&self, person: &Person, index: usize) {
+        let users = json!([{"user_id": person.id(), "os_user": self.users[index].name}]);
+        let reply = self
+            .host_change(
+                reqwest::Method::PATCH,
+                "",
+                json!({"assign_session_users": users}),
+            )
+            .await;
+        assert_eq!(reply.status.as_u16(), 200, "assign: {:?}", reply.body);
+    }
+
+    /// Ends the assignment of `person` (updateHost `end_session_users`).
+    pub async fn end_assignment_of(&self, person: &Person) {
+        let reply = self
+            .host_change(
+                reqwest::Method::PATCH,
+                "",
+                json!({"end_session_users": [person.id()]}),
+            )
+            .await;
+        assert_eq!(reply.status.as_u16(), 200, "end: {:?}", reply.body);
+    }
+
+    /// Opens `profile` as `person` (with `workdir_index` when given) and
+    /// completes the handshake and `start`; the route's reply when it
+    /// refuses.
+    pub async fn open_with_index(
+        &self,
+        person: &Person,
+        profile: &str,
+        workdir_index: Option<u32>,
+    ) -> Result<DeviceSession, Reply> {
+        let ephemeral = EphemeralKey::generate().expect("ephemeral key");
+        let cek = ephemeral_key_hash(&ephemeral.public());
+        let step_up_id = step_up(&self.server, person).await;
+        let mut body = json!({
+            "profile": profile,
+            "columns": 100,
+            "rows": 30,
+            "client_ephemeral_key_hash": b64::encode(&cek),
+            "step_up_id": step_up_id,
+        });
+        if let Some(index) = workdir_index {
+            body["workdir_index"] = json!(index);
+        }
+        let reply = post(
+            &self.server,
+            &format!("/api/v1/hosts/{}/terminal/sessions", self.host_id),
+            Some(person.token()),
+            body,
+        )
+        .await;
+        if reply.status != 201 {
+            return Err(reply);
+        }
+        let grant = RawGrant::from_reply(&reply.body);
+        let initiator = Initiator::with_ephemeral(
+            grant.session_id,
+            self.host_uuid(),
+            &grant.noise_public_key,
+            ephemeral,
+        )
+        .expect("initiator");
+        let mut device =
+            DeviceSession::connect(self, person, grant.session_id, initiator, &grant.token).await;
+        device
+            .start(TerminalSize::new(100, 30).expect("size"))
+            .await;
+        Ok(device)
+    }
+
+    /// The PID of the host service (`bothy-host run` as the service user).
+    pub fn service_pid(&self) -> u32 {
+        let record = self.runtime_dir.join("pids").join("service.pid");
+        fs::read_to_string(&record)
+            .expect("the service's PID record")
+            .trim()
+            .parse()
+            .expect("a PID")
+    }
+}
+
+/// Runs `script` with `/bin/sh -c` as `user` (its UID, GID and HOME); the output.
+pub fn as_user(user: &TestUser, script: &str) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    Command::new("/bin/sh")
+        .arg("-c")
+        .arg(script)
+        .uid(user.uid)
+        .gid(user.gid)
+        .env_clear()
+        .env("HOME", &user.home)
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/")
+        .output()
+        .expect("sh runs")
+}
+
+/// Whether `entries` hold a failed entry of `check` with `code` naming `user`
+/// (`None`: an entry without a name).
+pub fn has_entry(entries: &[Value], check: &str, code: &str, user: Option<&str>) -> bool {
+    entries.iter().any(|e| {
+        e["check"] == check
+            && e["ok"] == false
+            && e["code"] == code
+            && e["session_user"].as_str() == user
+    })
+}
+
+/// The entries of `check`.
+pub fn entries_of<'a>(entries: &'a [Value], check: &str) -> Vec<&'a Value> {
+    entries.iter().filter(|e| e["check"] == check).collect()
+}
+
+/// The grant of an open or attach reply (for tests that drive the handshake
+/// themselves).
+pub fn raw_grant_of(body: &Value) -> RawGrant {
+    RawGrant::from_reply(body)
+}
+
+/// What a subscription login leaves in a session user's account (7.4: the
+/// login location `~/.claude/.credentials.json`), written by the user itself;
+/// it goes with the user's home.
+pub fn subscription_login(user: &TestUser) {
+    let out = as_user(
+        user,
+        "mkdir -p \"$HOME/.claude\" && umask 077 && printf '{}' > \"$HOME/.claude/.credentials.json\"",
+    );
+    assert!(out.status.success(), "{out:?}");
 }

@@ -27,7 +27,7 @@ use bothy_host::manager;
 use bothy_proto::frame::TerminalSize;
 use uuid::Uuid;
 
-use crate::support::users::TestUser;
+use crate::support::users::{self, TestUser};
 
 /// Bound of every wait on a process or a message.
 pub const BOUND: Duration = Duration::from_secs(20);
@@ -155,12 +155,38 @@ impl Supervised {
                 self.dir.path().join("service.sh"),
             )
             .env("BOTHY_HOST_TEST_DIR", self.dir.path())
+            // The folder of confirm.sock, should a test switch
+            // require_local_confirm on (D-200 test seam).
+            .env("BOTHY_HOST_TEST_CONFIRM_DIR", self.confirm_dir())
             .env("NOT_FOR_THE_SERVICE", "1")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("bothy-host supervise starts")
+    }
+
+    /// Where supervise makes the folder of confirm.sock (test seam).
+    pub fn confirm_dir(&self) -> PathBuf {
+        self.dir.path().join("confirm")
+    }
+
+    /// The PID of supervise.
+    pub fn supervise_pid(&self) -> u32 {
+        self.child.as_ref().expect("supervise runs").id()
+    }
+
+    /// Waits (bounded) until the log of supervise contains `needle`.
+    pub fn wait_log(&self, needle: &str) {
+        let deadline = Instant::now() + BOUND;
+        while !self.log_text().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "{needle} never appeared in the log:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// What supervise and its children logged.
@@ -419,33 +445,15 @@ impl Session {
 
 /// The processes of `uid` whose command line contains `needle`.
 pub fn processes_of(uid: u32, needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        let Ok(status) = fs::read_to_string(format!("/proc/{pid}/status")) else {
-            continue;
-        };
-        let owner = status
-            .lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|l| l.split_whitespace().next())
-            .and_then(|u| u.parse::<u32>().ok());
-        if owner != Some(uid) {
-            continue;
-        }
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains(needle) {
-            found.push(pid);
-        }
-    }
-    found
+    users::processes_of(uid)
+        .into_iter()
+        .filter(|pid| {
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline)
+                .replace('\0', " ")
+                .contains(needle)
+        })
+        .collect()
 }
 
 /// Runs `program` with `args` as `user` (its user and primary group).

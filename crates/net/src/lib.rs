@@ -1,11 +1,15 @@
-//! The host service's way to the server (3.5 "Host service"): only outgoing,
-//! only `https://` and `wss://`, TLS by rustls with the system's root
-//! certificates (`rustls-native-certs`, which honours `SSL_CERT_FILE` and
-//! `SSL_CERT_DIR`), through the proxy the environment names (`HTTPS_PROXY`,
-//! `NO_PROXY`, via hyper-util's matcher and its CONNECT tunnel). There is no
-//! option to skip the verification of the server's certificate.
+//! `bothy-net`: the client side of the network, shared by the host service
+//! (`bothy-host`, 3.5 "Host service") and the command-line client (`bothy`).
+//! Only outgoing, only `https://` and `wss://`: TLS by rustls (ring) with the
+//! system's root certificates (`rustls-native-certs`, which honours
+//! `SSL_CERT_FILE` and `SSL_CERT_DIR`), through the proxy the environment
+//! names (`HTTPS_PROXY`, `NO_PROXY`, via hyper-util's matcher and its CONNECT
+//! tunnel), HTTP/1.1 by hyper and WebSockets by tokio-tungstenite. There is no
+//! option to skip the verification of the server's certificate
+//! (docs/decisions.md D-270).
+#![forbid(unsafe_code)]
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +27,9 @@ use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tower_service::Service;
+
+/// The HTTP method of [`Connector::request`].
+pub use hyper::Method;
 
 /// How long one connection attempt (TCP, proxy, TLS, upgrade) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
@@ -59,7 +66,7 @@ pub struct ServerUrl {
 
 impl ServerUrl {
     /// Parses `https://host[:port]` (a trailing `/` is allowed). `http://` is
-    /// refused: the host service speaks only TLS (3.5).
+    /// refused: the host service and the client speak only TLS (3.5).
     pub fn parse(text: &str) -> Result<ServerUrl, NetError> {
         let rest = text
             .strip_prefix("https://")
@@ -135,37 +142,15 @@ pub struct PeerInfo {
     pub direct_peer: Option<SocketAddr>,
 }
 
-impl PeerInfo {
-    /// Whether the server of this connection is this machine: the direct peer
-    /// is a loopback address or one of the host's own interface addresses (2.3).
-    pub fn is_local(&self) -> bool {
-        self.direct_peer
-            .is_some_and(|peer| is_own_address(peer.ip()))
-    }
-}
-
-/// Whether `ip` is a loopback address or an address of one of this host's
-/// network interfaces (2.3, HD5).
-pub fn is_own_address(ip: IpAddr) -> bool {
-    let ip = match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        other => other,
-    };
-    if ip.is_loopback() {
-        return true;
-    }
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else {
-        return false;
-    };
-    addrs.into_iter().any(|ifaddr| {
-        ifaddr.address.is_some_and(|storage| {
-            storage
-                .as_sockaddr_in()
-                .map(|a| IpAddr::V4(a.ip()))
-                .or_else(|| storage.as_sockaddr_in6().map(|a| IpAddr::V6(a.ip())))
-                == Some(ip)
-        })
-    })
+/// An HTTP answer.
+#[derive(Debug, Clone)]
+pub struct HttpReply {
+    /// The status.
+    pub status: u16,
+    /// The `ETag` header (the version of a host, for `If-Match`).
+    pub etag: Option<String>,
+    /// The body.
+    pub body: Vec<u8>,
 }
 
 /// A WebSocket to the server over TLS.
@@ -278,44 +263,67 @@ impl Connector {
         }
     }
 
-    /// `POST path` with a JSON body; returns the status and the body (at most
-    /// 1 MiB).
-    pub async fn post_json(
+    /// `method path` with an optional JSON body, bearer token and extra
+    /// headers; returns the status, the `ETag` and the body (at most 1 MiB).
+    pub async fn request(
         &self,
         server: &ServerUrl,
+        method: hyper::Method,
         path: &str,
-        body: String,
-    ) -> Result<(u16, Vec<u8>), NetError> {
+        bearer: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<String>,
+    ) -> Result<HttpReply, NetError> {
         let (tls, _) = self.tls_stream(server).await?;
         let exchange = async {
             let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
                 .await
                 .map_err(|e| NetError::Connect(e.to_string()))?;
             tokio::spawn(connection);
-            let request = hyper::Request::post(path)
+            let mut request = hyper::Request::builder()
+                .method(method)
+                .uri(path)
                 .header(
                     hyper::header::HOST,
                     format!("{}:{}", server.host(), server.port()),
                 )
-                .header(hyper::header::CONTENT_TYPE, "application/json")
                 .header(
                     hyper::header::ACCEPT,
                     "application/json, application/problem+json",
-                )
-                .body(Full::new(Bytes::from(body)))
+                );
+            if body.is_some() {
+                request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+            }
+            if let Some(token) = bearer {
+                request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+            }
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
+            let request = request
+                .body(Full::new(Bytes::from(body.unwrap_or_default())))
                 .map_err(|_| NetError::BadUrl)?;
             let response = sender
                 .send_request(request)
                 .await
                 .map_err(|e| NetError::Connect(e.to_string()))?;
             let status = response.status().as_u16();
+            let etag = response
+                .headers()
+                .get(hyper::header::ETAG)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_owned);
             let limited = http_body_util::Limited::new(response.into_body(), 1 << 20);
             let bytes = limited
                 .collect()
                 .await
                 .map_err(|e| NetError::Connect(e.to_string()))?
                 .to_bytes();
-            Ok((status, bytes.to_vec()))
+            Ok(HttpReply {
+                status,
+                etag,
+                body: bytes.to_vec(),
+            })
         };
         tokio::time::timeout(CONNECT_TIMEOUT, exchange)
             .await
@@ -335,6 +343,7 @@ mod tests {
             u.uri("wss", "/api/v1/hosts/connect"),
             "wss://bothy.example.org:8443/api/v1/hosts/connect"
         );
+        assert_eq!(u.to_string(), "https://bothy.example.org:8443");
         assert_eq!(ServerUrl::parse("https://x").expect("valid").port(), 443);
         let v6 = ServerUrl::parse("https://[::1]:9000").expect("valid");
         assert_eq!(
@@ -354,14 +363,5 @@ mod tests {
         ] {
             assert!(ServerUrl::parse(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn loopback_and_own_addresses_count_as_local() {
-        assert!(is_own_address("127.0.0.1".parse().expect("ip")));
-        assert!(is_own_address("::1".parse().expect("ip")));
-        assert!(is_own_address("::ffff:127.0.0.1".parse().expect("ip")));
-        assert!(!is_own_address("192.0.2.77".parse().expect("ip")));
-        assert!(!PeerInfo { direct_peer: None }.is_local());
     }
 }
