@@ -55,6 +55,7 @@ pub mod fuzzing;
 pub mod helper;
 pub mod manager;
 pub mod pair;
+pub mod seams;
 pub mod service;
 pub mod sessions;
 pub mod state;

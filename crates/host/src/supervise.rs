@@ -104,7 +104,6 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The test seam of the service's program (feature `test-seams` only): the
 /// scenario tests of supervise run a stand-in service they control.
-#[cfg(feature = "test-seams")]
 pub const TEST_SERVICE_PROGRAM_ENV: &str = "BOTHY_HOST_TEST_SERVICE_PROGRAM";
 
 /// `bothy-host supervise`: runs until SIGTERM or SIGINT. 78 when the start is
@@ -790,11 +789,7 @@ impl Supervisor {
 /// The service's program: this binary (or, in test builds only, the stand-in
 /// named by [`TEST_SERVICE_PROGRAM_ENV`]).
 fn service_program(exe: &Path) -> PathBuf {
-    #[cfg(feature = "test-seams")]
-    if let Some(program) = std::env::var_os(TEST_SERVICE_PROGRAM_ENV) {
-        return PathBuf::from(program);
-    }
-    exe.to_owned()
+    crate::seams::path(TEST_SERVICE_PROGRAM_ENV).unwrap_or_else(|| exe.to_owned())
 }
 
 fn record_start(unit: &mut Unit, started: io::Result<u32>) {

@@ -33,7 +33,6 @@ pub const DIALOG_DIR: &str = "/usr/bin";
 
 /// With the feature `test-seams` only: the folder that replaces
 /// [`DIALOG_DIR`] (a test puts its own `zenity` there).
-#[cfg(feature = "test-seams")]
 pub const DIALOG_DIR_ENV: &str = "BOTHY_HOST_TEST_DIALOG_DIR";
 
 const RECONNECT_FIRST: Duration = Duration::from_secs(1);
@@ -45,13 +44,7 @@ const TITLE: &str = "bothy terminal";
 
 /// The folder of the dialog programs.
 pub fn dialog_dir_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
-    #[cfg(feature = "test-seams")]
-    if let Some(dir) = env(DIALOG_DIR_ENV) {
-        return PathBuf::from(dir);
-    }
-    #[cfg(not(feature = "test-seams"))]
-    let _ = env;
-    PathBuf::from(DIALOG_DIR)
+    crate::seams::path_from(env, DIALOG_DIR_ENV).unwrap_or_else(|| PathBuf::from(DIALOG_DIR))
 }
 
 /// The text of the dialog: open or attach, the profile, the session user.

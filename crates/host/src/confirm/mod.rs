@@ -31,7 +31,6 @@ pub const CONFIRM_SOCKET: &str = "confirm.sock";
 
 /// With the feature `test-seams` only: the folder that replaces
 /// [`CONFIRM_DIR`] for the service, supervise and the agent.
-#[cfg(feature = "test-seams")]
 pub const CONFIRM_DIR_ENV: &str = "BOTHY_HOST_TEST_CONFIRM_DIR";
 
 /// The folder of the endpoint.
@@ -41,13 +40,7 @@ pub fn confirm_dir() -> PathBuf {
 
 /// [`confirm_dir`] with the environment as a function.
 pub fn confirm_dir_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
-    #[cfg(feature = "test-seams")]
-    if let Some(dir) = env(CONFIRM_DIR_ENV) {
-        return PathBuf::from(dir);
-    }
-    #[cfg(not(feature = "test-seams"))]
-    let _ = env;
-    PathBuf::from(CONFIRM_DIR)
+    crate::seams::path_from(env, CONFIRM_DIR_ENV).unwrap_or_else(|| PathBuf::from(CONFIRM_DIR))
 }
 
 /// The endpoint.

@@ -19,7 +19,6 @@ pub const LOGINCTL: [&str; 2] = ["/usr/bin/loginctl", "/bin/loginctl"];
 
 /// With the feature `test-seams` only: the program that stands in for
 /// `loginctl` (this machine runs no logind; DESIGN §4).
-#[cfg(feature = "test-seams")]
 pub const LOGINCTL_ENV: &str = "BOTHY_HOST_TEST_LOGINCTL";
 
 /// How long one call of `loginctl` may take.
@@ -132,12 +131,9 @@ fn uid_of(name: &str) -> Result<Option<u32>, Refusal> {
 /// The `loginctl` to run: the first of [`LOGINCTL`] that exists, or, only
 /// with the feature `test-seams`, the program [`LOGINCTL_ENV`] names.
 pub fn loginctl_program_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> Option<PathBuf> {
-    #[cfg(feature = "test-seams")]
-    if let Some(program) = env(LOGINCTL_ENV) {
-        return Some(PathBuf::from(program));
+    if let Some(program) = crate::seams::path_from(env, LOGINCTL_ENV) {
+        return Some(program);
     }
-    #[cfg(not(feature = "test-seams"))]
-    let _ = env;
     LOGINCTL
         .iter()
         .map(PathBuf::from)

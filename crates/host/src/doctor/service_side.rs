@@ -503,13 +503,8 @@ pub fn ptrace_scope_path() -> PathBuf {
 
 /// [`ptrace_scope_path`] with the environment as a function.
 pub fn ptrace_scope_path_from(env: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
-    #[cfg(feature = "test-seams")]
-    if let Some(path) = env(PTRACE_SCOPE_ENV) {
-        return PathBuf::from(path);
-    }
-    #[cfg(not(feature = "test-seams"))]
-    let _ = env;
-    PathBuf::from(PTRACE_SCOPE_FILE)
+    crate::seams::path_from(env, PTRACE_SCOPE_ENV)
+        .unwrap_or_else(|| PathBuf::from(PTRACE_SCOPE_FILE))
 }
 
 /// HD10 `ptrace_scope_low`: the file is missing, unreadable or below 1.
