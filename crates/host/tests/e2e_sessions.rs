@@ -551,32 +551,20 @@ async fn end_assignment(scenario: &Scenario, person_id: &str) {
     .await;
 }
 
-/// A host change by the first owner with a fresh step-up and the current
-/// `If-Match`: `method path` with `body` plus `reason` and `step_up_id`.
+/// A host change by the first owner ([`Scenario::host_change`]) that must
+/// succeed.
 async fn host_change(
     scenario: &Scenario,
     method: reqwest::Method,
     path: &str,
-    mut body: serde_json::Value,
+    body: serde_json::Value,
 ) {
-    let owner = &scenario.owner;
-    let host = hosts_common::get_host(&scenario.server, owner.token(), &scenario.host_id).await;
-    let etag = hosts_common::etag_of(&host);
-    body["reason"] = json!("test");
-    body["step_up_id"] = json!(hosts_common::step_up(&scenario.server, owner).await);
-    let reply = hosts_common::send(
-        &scenario.server,
-        method,
-        &format!("/api/v1/hosts/{}{path}", scenario.host_id),
-        Some(owner.token()),
-        Some(&body),
-        &[("If-Match", &etag)],
-    )
-    .await;
+    let shown = body.to_string();
+    let reply = scenario.host_change(method, path, body).await;
     assert_eq!(
         reply.status.as_u16(),
         200,
-        "{path} {body}: {:?}",
+        "{path} {shown}: {:?}",
         reply.body
     );
 }

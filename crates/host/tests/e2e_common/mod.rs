@@ -871,21 +871,34 @@ impl Scenario {
     /// A host change by the first owner with a fresh step-up and the current
     /// `If-Match`: `method /api/v1/hosts/{id}{path}` with `body` plus `reason`
     /// and `step_up_id`; the reply.
+    ///
+    /// The host's version also moves with its reports (a changed declaration
+    /// makes the host service report again), so a 412 between reading the
+    /// ETag and sending is read again and sent again, as a client would;
+    /// the If-Match check comes before the step-up is consumed.
     pub async fn host_change(&self, method: reqwest::Method, path: &str, mut body: Value) -> Reply {
         let owner = &self.owner;
-        let host = crate::hosts_common::get_host(&self.server, owner.token(), &self.host_id).await;
-        let etag = crate::hosts_common::etag_of(&host);
         body["reason"] = json!("test");
         body["step_up_id"] = json!(step_up(&self.server, owner).await);
-        crate::hosts_common::send(
-            &self.server,
-            method,
-            &format!("/api/v1/hosts/{}{path}", self.host_id),
-            Some(owner.token()),
-            Some(&body),
-            &[("If-Match", &etag)],
-        )
-        .await
+        let mut attempts = 0;
+        loop {
+            let host =
+                crate::hosts_common::get_host(&self.server, owner.token(), &self.host_id).await;
+            let etag = crate::hosts_common::etag_of(&host);
+            let reply = crate::hosts_common::send(
+                &self.server,
+                method.clone(),
+                &format!("/api/v1/hosts/{}{path}", self.host_id),
+                Some(owner.token()),
+                Some(&body),
+                &[("If-Match", &etag)],
+            )
+            .await;
+            attempts += 1;
+            if reply.status.as_u16() != 412 || attempts == 5 {
+                return reply;
+            }
+        }
     }
 
     /// Gives `person` the session user `index` (the owner keeps the first).
