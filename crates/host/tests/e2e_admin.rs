@@ -24,7 +24,6 @@ mod users;
 mod e2e_common;
 
 use std::os::unix::fs::MetadataExt;
-use std::process::Output;
 use std::time::Duration;
 
 use bothy_host::doctor::accounts::UserEntry;
@@ -37,12 +36,8 @@ use serde_json::{Value, json};
 use users::{Accounts, processes_of};
 
 /// `bothy-host session-user ARGS` with the scenario's units folder.
-fn session_user(scenario: &Scenario, args: &[&str]) -> Output {
-    let units = scenario.dir.path.join("units");
-    let mut all = vec!["session-user"];
-    all.extend(args);
-    all.extend(["--unit-dir", units.to_str().expect("UTF-8")]);
-    scenario.host_command(&all)
+fn session_user(scenario: &Scenario, args: &[&str]) -> std::process::Output {
+    scenario.session_user(args)
 }
 
 /// Waits (bounded) until the host reports exactly `names`.

@@ -121,6 +121,13 @@ async fn shell_runs(scenario: &Scenario, person: &hosts_common::Person) -> Devic
 }
 
 /// Closes a running session with the frame close: (4100, client_closed).
+/// A refused request: its status, problem `code` and `reason`.
+fn assert_refusal(reply: &identity_common::Reply, status: u16, code: &str, reason: &str) {
+    assert_eq!(reply.status.as_u16(), status, "{:?}", reply.body);
+    assert_eq!(reply.body["code"], code, "{:?}", reply.body);
+    assert_eq!(reply.body["reason"], reason, "{:?}", reply.body);
+}
+
 async fn close(scenario: &Scenario, mut device: DeviceSession) {
     device.send(bothy_proto::frame::Frame::Close).await;
     let (code, reason) = device.expect_close().await;
@@ -303,16 +310,7 @@ async fn tm_t21_a_to_e_a_subscription_login_stops_the_host_and_names_the_account
 
 /// `bothy-host session-user ARGS` under supervise (units in the scenario).
 fn session_user(scenario: &Scenario, args: &[&str]) -> std::process::Output {
-    let units = scenario.dir.path.join("units");
-    std::process::Command::new(e2e_common::bothy_host())
-        .arg("--config")
-        .arg(&scenario.config_path)
-        .arg("session-user")
-        .args(args)
-        .arg("--unit-dir")
-        .arg(&units)
-        .output()
-        .expect("bothy-host session-user runs")
+    scenario.session_user(args)
 }
 
 /// TM-T21 (g): a subscription login lies in the account of the second person
@@ -845,17 +843,7 @@ async fn tm_t29_c_g_shared_workdirs_are_dropped_and_indexes_count_in_the_reporte
         .await
         .err()
         .expect("refused");
-    assert_eq!(refused.status.as_u16(), 403, "{:?}", refused.body);
-    assert_eq!(
-        refused.body["code"], "terminal_denied",
-        "{:?}",
-        refused.body
-    );
-    assert_eq!(
-        refused.body["reason"], "profile_unknown",
-        "{:?}",
-        refused.body
-    );
+    assert_refusal(&refused, 403, "terminal_denied", "profile_unknown");
     // (g) The server's copy names a third folder (bypassing the host): the
     // token carries wdi 2, the host refuses it before any PTY.
     let widened = users.to_string().replace(
@@ -1976,17 +1964,7 @@ async fn tm_t29_l_only_the_resolved_claude_bin_ever_starts() {
         .await
         .err()
         .expect("refused");
-    assert_eq!(refused.status.as_u16(), 403, "{:?}", refused.body);
-    assert_eq!(
-        refused.body["code"], "terminal_denied",
-        "{:?}",
-        refused.body
-    );
-    assert_eq!(
-        refused.body["reason"], "profile_unknown",
-        "{:?}",
-        refused.body
-    );
+    assert_refusal(&refused, 403, "terminal_denied", "profile_unknown");
     close(scenario, shell_runs(scenario, &host.bob).await).await;
     assert!(
         !marker.exists(),

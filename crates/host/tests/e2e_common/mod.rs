@@ -850,6 +850,15 @@ impl Scenario {
         self.start_service();
     }
 
+    /// `bothy-host session-user ARGS` with the scenario's unit folder.
+    pub fn session_user(&self, args: &[&str]) -> std::process::Output {
+        let units = self.dir.path.join("units");
+        let mut all = vec!["session-user"];
+        all.extend(args);
+        all.extend(["--unit-dir", units.to_str().expect("UTF-8")]);
+        self.host_command(&all)
+    }
+
     /// `bothy-host <args>` with this scenario's configuration, as root, with
     /// the same test seam as the service (this kernel has no Yama: a
     /// `doctor` that checks by itself reads the scenario's ptrace_scope).
