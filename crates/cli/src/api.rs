@@ -123,6 +123,9 @@ impl Problem {
             ("fingerprint_mismatch", _) => {
                 "type the first characters shown by bothy-host pair exactly".into()
             }
+            ("conflict", Some("last_owner")) => {
+                "the last active owner stays: make another person an owner first".into()
+            }
             ("conflict", Some("session_user_taken")) => {
                 "a session user belongs to one person for good (T12): assign another one".into()
             }

@@ -142,6 +142,22 @@ pub enum PersonAction {
         #[arg(long, default_value = "member")]
         role: String,
     },
+    /// Disable a person (asks for a TOTP step-up): their login sessions and
+    /// terminal sessions end at once and they can no longer log in. The last
+    /// active owner cannot be disabled.
+    Disable {
+        /// The person's username.
+        username: String,
+        /// Why (kept in the audit).
+        #[arg(long)]
+        reason: String,
+    },
+    /// Enable a disabled person again: they can log in, and their grants
+    /// hold again.
+    Enable {
+        /// The person's username.
+        username: String,
+    },
 }
 
 /// What an owner does with a host. Every change asks for a TOTP step-up and

@@ -42,6 +42,9 @@ pub enum ClientError {
     /// The host named on the command line is not known.
     #[error("no host named {0:?} that you can see")]
     UnknownHost(String),
+    /// No person has the username named on the command line.
+    #[error("no person has the username {0:?}")]
+    UnknownPerson(String),
     /// The server answered something this client does not understand.
     #[error("unexpected answer from the server: {0}")]
     Protocol(String),
@@ -71,6 +74,7 @@ impl ClientError {
             ClientError::Cancelled => "cancelled".into(),
             ClientError::Usage(_) => "usage".into(),
             ClientError::UnknownHost(_) => "unknown_host".into(),
+            ClientError::UnknownPerson(_) => "unknown_person".into(),
             ClientError::Protocol(_) => "protocol".into(),
             ClientError::PinRefused => "host_key_changed".into(),
             ClientError::Stream(end) => end.code_name(),
@@ -99,6 +103,10 @@ impl ClientError {
             ClientError::Cancelled => "nothing was changed".into(),
             ClientError::Usage(_) => "see bothy --help".into(),
             ClientError::UnknownHost(_) => "run bothy hosts to see the hosts you can use".into(),
+            ClientError::UnknownPerson(_) => {
+                "check the username: it is the one the person was invited with (bothy person invite)"
+                    .into()
+            }
             ClientError::Protocol(_) => "update bothy to the server's version".into(),
             ClientError::PinRefused => {
                 "ask the owner whether the host was paired again before you confirm".into()

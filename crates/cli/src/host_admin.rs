@@ -2,7 +2,8 @@
 //! and get its pairing code once, confirm it after `bothy-host pair`, pair it
 //! again, disable, enable or retire it, assign or end session users (each
 //! with a step-up and a reason; updates carry the host's `ETag` as
-//! `If-Match`); grant and revoke terminal on a host; invite persons.
+//! `If-Match`); grant and revoke terminal on a host; invite, disable (with a
+//! step-up and a reason) and enable persons.
 
 use bothy_net::Method;
 use serde_json::{Value, json};
@@ -74,27 +75,32 @@ pub async fn run(dirs: &Dirs, action: HostAction) -> Result<i32, ClientError> {
     }
 }
 
-/// The ID of the person `username` (GET /api/v1/persons).
+/// The ID of the person `username` (GET /api/v1/persons; usernames are
+/// stored in lower case).
 async fn person_id(api: &Api, username: &str) -> Result<String, ClientError> {
-    id_named(api, "person", "username", username).await
+    id_named(api, "person", "username", &username.to_ascii_lowercase())
+        .await?
+        .ok_or_else(|| ClientError::UnknownPerson(username.to_owned()))
 }
 
 /// The ID of the group `name` (GET /api/v1/groups).
 async fn group_id(api: &Api, name: &str) -> Result<String, ClientError> {
-    id_named(api, "group", "name", name).await
+    id_named(api, "group", "name", name)
+        .await?
+        .ok_or_else(|| ClientError::Usage(format!("no group named {name:?}")))
 }
 
 /// The `id` of the `kind` (person, group) whose `name_key` is `name`, from
-/// `GET /api/v1/{kind}s`.
+/// `GET /api/v1/{kind}s`; `None` when there is none.
 async fn id_named(
     api: &Api,
     kind: &str,
     name_key: &str,
     name: &str,
-) -> Result<String, ClientError> {
+) -> Result<Option<String>, ClientError> {
     let list = format!("{kind}s");
     let answer = api.get(&format!("/api/v1/{list}")).await?;
-    answer
+    Ok(answer
         .get(&list)
         .and_then(Value::as_array)
         .and_then(|items| {
@@ -103,8 +109,7 @@ async fn id_named(
                 .find(|item| item.get(name_key).and_then(Value::as_str) == Some(name))
         })
         .and_then(|item| item.get("id").and_then(Value::as_str))
-        .map(str::to_owned)
-        .ok_or_else(|| ClientError::Usage(format!("no {kind} named {name:?}")))
+        .map(str::to_owned))
 }
 
 /// The ID of the person logged in (GET /api/v1/auth/session).
@@ -460,5 +465,53 @@ pub async fn person(dirs: &Dirs, action: PersonAction) -> Result<i32, ClientErro
             println!("Enrollment code (shown only now; give it to {username} privately): {code}");
             Ok(0)
         }
+        PersonAction::Disable { username, reason } => {
+            // The username first: an unknown one asks for no TOTP code.
+            let id = person_id(&api, &username).await?;
+            let step_up_id = step_up(&api).await?;
+            let answer = api
+                .post(
+                    &format!("/api/v1/persons/{id}/disable"),
+                    &json!({"reason": reason, "step_up_id": step_up_id}),
+                )
+                .await?;
+            let name = answered_username(&answer, &username);
+            if changed(&answer) {
+                let ended = answer
+                    .get("sessions_ended")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                println!("{name} disabled; {ended} login session(s) ended.");
+            } else {
+                println!("{name} was disabled already.");
+            }
+            Ok(0)
+        }
+        PersonAction::Enable { username } => {
+            let id = person_id(&api, &username).await?;
+            let answer = api
+                .post_empty(&format!("/api/v1/persons/{id}/enable"))
+                .await?;
+            let name = answered_username(&answer, &username);
+            if changed(&answer) {
+                println!("{name} enabled.");
+            } else {
+                println!("{name} was active already.");
+            }
+            Ok(0)
+        }
     }
+}
+
+/// The username of the answer's `person` (as stored), else as typed.
+fn answered_username<'a>(answer: &'a Value, typed: &'a str) -> &'a str {
+    answer["person"]
+        .get("username")
+        .and_then(Value::as_str)
+        .unwrap_or(typed)
+}
+
+/// The answer's `changed`, which a person route always has.
+fn changed(answer: &Value) -> bool {
+    answer.get("changed").and_then(Value::as_bool) == Some(true)
 }

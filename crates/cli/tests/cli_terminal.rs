@@ -1114,6 +1114,93 @@ async fn invite_grant_and_revoke_from_the_command_line() {
     );
 }
 
+/// Persons from the CLI (docs/decisions.md D-300..D-302): an invited member
+/// is disabled with a TOTP step-up and a reason; the server shows the status,
+/// the audit entry, and their login ends. Again says disabled already, enable
+/// brings them back; an unknown username (before any step-up) and the last
+/// active owner are refused with their code and hint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disable_and_enable_a_person_from_the_command_line() {
+    let scenario = start().await;
+    let client = Client::new(&scenario).logged_in();
+    let out = client.ok(&["person", "invite", "dave"]);
+    let enrollment = out.split_whitespace().last().expect("code").to_owned();
+    let dave =
+        identity_common::enroll(&scenario.server, &enrollment, identity_common::PASSWORD).await;
+    let session = dave.login(&scenario.server, 9).await;
+
+    let disable = ["person", "disable", "Dave", "--reason", "left the team"];
+    tokio::task::block_in_place(|| {
+        with_step_up(
+            &client,
+            &disable,
+            "dave disabled; 1 login session(s) ended.",
+            0,
+        );
+    });
+    let persons = identity_common::get(
+        &scenario.server,
+        "/api/v1/persons",
+        Some(scenario.owner.token()),
+    )
+    .await;
+    let status = |persons: &Value| {
+        persons["persons"]
+            .as_array()
+            .expect("persons")
+            .iter()
+            .find(|p| p["id"] == dave.person_id.as_str())
+            .expect("dave")["status"]
+            .clone()
+    };
+    assert_eq!(status(&persons.body), "disabled");
+    let audit = identity_common::audit_of(&scenario.server, "person.disable", "allow").await;
+    assert_eq!(audit.len(), 1, "{audit:?}");
+    assert_eq!(audit[0].actor_id.as_deref(), Some(scenario.owner.id()));
+    assert_eq!(audit[0].target_id.as_deref(), Some(dave.person_id.as_str()));
+    assert_eq!(audit[0].details["reason"], "left the team");
+    let reply = identity_common::get(
+        &scenario.server,
+        "/api/v1/auth/session",
+        Some(&session.token),
+    )
+    .await;
+    assert_eq!(reply.status.as_u16(), 401, "{:?}", reply.body);
+
+    let owner = scenario.owner.enrolled.username.clone();
+    tokio::task::block_in_place(|| {
+        with_step_up(&client, &disable, "dave was disabled already.", 0);
+        // The last active owner stays (the server's code, reason and hint).
+        let seen = with_step_up(
+            &client,
+            &["person", "disable", &owner, "--reason", "r"],
+            "hint: the last active owner stays",
+            1,
+        );
+        assert!(
+            seen.contains("bothy: conflict:") && seen.contains("last_owner"),
+            "{seen}"
+        );
+    });
+    let err = client.fails(&["person", "disable", "nobody", "--reason", "r"], 1);
+    assert!(
+        err.contains("bothy: unknown_person: no person has the username \"nobody\"")
+            && err.contains("hint: check the username"),
+        "{err}"
+    );
+    let out = client.ok(&["person", "enable", "dave"]);
+    assert_eq!(out, "dave enabled.\n");
+    let persons = identity_common::get(
+        &scenario.server,
+        "/api/v1/persons",
+        Some(scenario.owner.token()),
+    )
+    .await;
+    assert_eq!(status(&persons.body), "active");
+    let out = client.ok(&["person", "enable", "dave"]);
+    assert_eq!(out, "dave was active already.\n");
+}
+
 /// A person invited with the CLI enrolls with the CLI (password twice, the
 /// otpauth URI for the app, the first code), then logs in; a wrong first
 /// code is refused with the server's code.

@@ -77,7 +77,8 @@ enum AdminCommand {
         #[arg(long, value_name = "NAME")]
         username: String,
     },
-    /// Disable a person and end their login sessions.
+    /// Disable a person and end their login sessions and terminal sessions.
+    /// The last active owner is never disabled (nothing changes).
     Disable {
         /// The person's username.
         #[arg(long, value_name = "NAME")]
@@ -253,20 +254,25 @@ async fn admin(config: Config, command: AdminCommand) -> anyhow::Result<()> {
                     print_code(&config, &reset);
                 })
         }
-        AdminCommand::Disable { username } => {
-            admin::disable(&db, now, username).await.map(|done| {
-                let verb = if done.changed {
-                    "Disabled"
-                } else {
-                    "Already disabled:"
-                };
-                println!(
-                    "{verb} {}; {} login session(s) ended.",
-                    done.person.username,
-                    done.sessions_ended.len()
-                );
-            })
-        }
+        AdminCommand::Disable { username } => admin::disable(
+            &db,
+            now,
+            PersonRef::Username(username),
+            RoleAuthority::Operator,
+        )
+        .await
+        .map(|done| {
+            let verb = if done.changed {
+                "Disabled"
+            } else {
+                "Already disabled:"
+            };
+            println!(
+                "{verb} {}; {} login session(s) ended.",
+                done.person.username,
+                done.sessions_ended.len()
+            );
+        }),
         AdminCommand::Enable { username } => {
             let enabled = admin::enable(&db, now, Actor::System, PersonRef::Username(username))
                 .await
@@ -313,12 +319,6 @@ async fn admin(config: Config, command: AdminCommand) -> anyhow::Result<()> {
             });
             db.close().await;
             return set.map_err(|error| match error {
-                HostError::Identity(IdentityError::Conflict(ConflictReason::LastOwner)) => {
-                    anyhow::anyhow!(
-                        "{username:?} is the last active owner; make another person an owner \
-                         first. Nothing changed"
-                    )
-                }
                 HostError::Identity(error) => admin_error(error, &command),
                 other => anyhow::Error::new(other),
             });
@@ -406,6 +406,10 @@ fn print_code(config: &Config, enrollable: &Enrollable) {
     println!();
     println!("Next step for {name}, before the code expires:");
     println!(
+        "  bothy enroll --server {base}    (asks for the code and a password, shows the TOTP secret)"
+    );
+    println!("or over HTTP:");
+    println!(
         "  1. POST {base}/api/v1/auth/enroll with {{\"code\": <the code>, \"password\": <at least {PASSWORD_MIN_CHARS} characters>}};"
     );
     println!("     add the otpauth:// URI of the answer to an authenticator app.");
@@ -439,6 +443,10 @@ fn admin_error(error: IdentityError, command: &AdminCommand) -> anyhow::Error {
         IdentityError::Conflict(ConflictReason::UsernameTaken) => {
             anyhow::anyhow!("the username {username:?} is taken")
         }
+        IdentityError::Conflict(ConflictReason::LastOwner) => anyhow::anyhow!(
+            "{username:?} is the last active owner; make another person an owner first. \
+             Nothing changed"
+        ),
         IdentityError::NotFound => anyhow::anyhow!("no person has the username {username:?}"),
         IdentityError::Invalid(invalid) if invalid.code == "invalid_username" => anyhow::anyhow!(
             "{username:?} is not a valid username: 1 to 32 characters, ASCII letters, digits, \

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use bothy_server::clock::Clock;
 use bothy_server::db::Engine;
+use bothy_server::identity::admin::{PersonRef, RoleAuthority};
 use bothy_server::identity::step_up::{self, StepUpRefusal};
 use bothy_server::identity::{ConflictReason, IdentityError, admin};
 use identity_common::*;
@@ -946,9 +947,14 @@ async fn admin_reset_and_disable_end_sessions(engine: Engine) {
     .await;
     let bob_session = bob.login(&server, 1).await;
 
-    let disabled = admin::disable(state.db(), server.clock.now_ms(), "bob")
-        .await
-        .unwrap();
+    let disabled = admin::disable(
+        state.db(),
+        server.clock.now_ms(),
+        PersonRef::Username("bob"),
+        RoleAuthority::Operator,
+    )
+    .await
+    .unwrap();
     assert!(disabled.changed);
     assert_eq!(disabled.sessions_ended.len(), 1);
     assert_eq!(
@@ -966,7 +972,13 @@ async fn admin_reset_and_disable_end_sessions(engine: Engine) {
     .await;
     assert_eq!(reply.status, 401);
     assert!(matches!(
-        admin::disable(state.db(), server.clock.now_ms(), "nobody").await,
+        admin::disable(
+            state.db(),
+            server.clock.now_ms(),
+            PersonRef::Username("nobody"),
+            RoleAuthority::Operator,
+        )
+        .await,
         Err(IdentityError::NotFound)
     ));
 

@@ -2,7 +2,8 @@
 //! data directory with the embedded SQLite default): bootstrap prints a code
 //! and the next step, refuses a second owner; the printed code enrolls on a
 //! server over the same data directory (the pepper is shared); reset of the
-//! second factor and disable, while that server runs.
+//! second factor, while that server runs, and disable, which refuses the last
+//! active owner.
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
@@ -48,6 +49,19 @@ fn code_in(stdout: &str) -> String {
     codes[0].to_owned()
 }
 
+/// Asserts `out` is the refusal of a change to alice, the last active owner
+/// (docs/decisions.md D-86, D-301): exit 1, nothing printed to stdout.
+fn refused_as_the_last_owner(out: &Output) {
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("\"alice\" is the last active owner"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("Nothing changed"), "{stderr}");
+    assert!(text(&out.stdout).is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_commands_through_the_binary() {
     let dir = tempfile::tempdir().unwrap();
@@ -69,6 +83,10 @@ async fn admin_commands_through_the_binary() {
         "{stdout}"
     );
     assert!(stdout.contains("/api/v1/auth/enroll/confirm"), "{stdout}");
+    assert!(
+        stdout.contains("bothy enroll --server https://bothy.example"),
+        "the client's way first: {stdout}"
+    );
     let code = code_in(&stdout);
     let pepper = data_dir.join("token_pepper");
     let mode = std::fs::metadata(&pepper).unwrap().permissions().mode() & 0o777;
@@ -140,28 +158,21 @@ async fn admin_commands_through_the_binary() {
     );
     let new_code = code_in(&stdout);
     assert_ne!(new_code, code);
-    let out = admin(&data_dir, &["disable", "--username", "alice"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(
-        text(&out.stdout),
-        "Disabled alice; 0 login session(s) ended.\n"
-    );
-    // A disabled person's code no longer enrolls.
-    let (status, _) = enroll(
+    // alice is the last active owner: disable refuses her (docs/decisions.md
+    // D-301) and nothing changes, so the new code enrolls. (Disabling through
+    // the binary: permissions.rs; a disabled person's code: terminal_revocation.rs.)
+    refused_as_the_last_owner(&admin(&data_dir, &["disable", "--username", "alice"]));
+    let (status, started) = enroll(
         "/api/v1/auth/enroll",
         json!({"code": new_code, "password": "correct horse battery staple"}),
     )
     .await;
-    assert_eq!(status, 401);
+    assert_eq!(status, 200, "{started}");
 
     for (args, message) in [
         (
             &["disable", "--username", "nobody"][..],
             "no person has the username \"nobody\"",
-        ),
-        (
-            &["reset-second-factor", "--username", "alice"][..],
-            "is not active",
         ),
         (
             &["bootstrap", "--username", "bad name"][..],
@@ -188,17 +199,10 @@ fn set_role_through_the_binary() {
     let out = admin(&data_dir, &["bootstrap", "--username", "alice"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
-    let out = admin(
+    refused_as_the_last_owner(&admin(
         &data_dir,
         &["set-role", "--username", "alice", "--role", "member"],
-    );
-    assert_eq!(out.status.code(), Some(1));
-    let stderr = text(&out.stderr);
-    assert!(
-        stderr.contains("\"alice\" is the last active owner"),
-        "{stderr}"
-    );
-    assert!(stderr.contains("Nothing changed"), "{stderr}");
+    ));
     let out = admin(
         &data_dir,
         &["set-role", "--username", "ALICE", "--role", "owner"],

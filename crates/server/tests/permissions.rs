@@ -1235,9 +1235,14 @@ async fn i6_on_person_enable_and_group_join(engine: Engine) {
 
     // bob is disabled: his grant is dormant, so the host may become alice's
     // personal one.
-    bothy_server::identity::admin::disable(server.state.db(), server.clock.now_ms(), "bob")
-        .await
-        .unwrap();
+    bothy_server::identity::admin::disable(
+        server.state.db(),
+        server.clock.now_ms(),
+        bothy_server::identity::admin::PersonRef::Username("bob"),
+        bothy_server::identity::admin::RoleAuthority::Operator,
+    )
+    .await
+    .unwrap();
     let reply = set_llm(&server, &alice, &host, "personal", Some(alice.id())).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);
 
@@ -1400,6 +1405,18 @@ async fn admin_enable_checks_i6_through_the_binary(engine: Engine) {
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "Disabled bob; 1 login session(s) ended.\n"
+    );
+    // A disabled person's second factor is not reset.
+    let out = admin(&server, &["reset-second-factor", "--username", "bob"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the person \"bob\" is not active"),
+        "{stderr}"
     );
     let reply = set_llm(&server, &alice, &host, "personal", Some(alice.id())).await;
     assert_eq!(reply.status, 200, "{:?}", reply.body);

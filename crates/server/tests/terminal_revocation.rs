@@ -25,6 +25,7 @@ mod support;
 
 use bothy_server::clock::Clock;
 use bothy_server::db::Engine;
+use bothy_server::identity::admin;
 use bothy_server::terminal::sweep;
 use hosts_common::*;
 use identity_common::{Session, audit_rows, post, post_empty};
@@ -398,9 +399,14 @@ async fn disabling_a_person_ends_all_their_sessions(engine: Engine) {
     let at = f.server.clock.now_ms();
 
     let state = &f.server.state;
-    let disabled = bothy_server::identity::admin::disable(state.db(), at, "bob")
-        .await
-        .unwrap();
+    let disabled = admin::disable(
+        state.db(),
+        at,
+        admin::PersonRef::Username("bob"),
+        admin::RoleAuthority::Operator,
+    )
+    .await
+    .unwrap();
     assert!(disabled.changed);
     ended.sort();
     for id in &ended {
@@ -411,6 +417,192 @@ async fn disabling_a_person_ends_all_their_sessions(engine: Engine) {
     for (id, state) in kept.iter().zip(["opening", "active", "detached"]) {
         assert_untouched(&f, id, state).await;
     }
+}
+
+/// `POST /api/v1/persons/{id}/disable` with `step_up_id` as the step-up of `by`.
+async fn disable_with(
+    f: &Fixture,
+    by: &Person,
+    person_id: &str,
+    step_up_id: &str,
+) -> identity_common::Reply {
+    post(
+        &f.server,
+        &format!("/api/v1/persons/{person_id}/disable"),
+        Some(by.token()),
+        json!({"reason": "left the team", "step_up_id": step_up_id}),
+    )
+    .await
+}
+
+/// [`disable_with`] a fresh step-up of `by`.
+async fn disable(f: &Fixture, by: &Person, person_id: &str) -> identity_common::Reply {
+    let step_up_id = step_up(&f.server, by).await;
+    disable_with(f, by, person_id, &step_up_id).await
+}
+
+/// The status of a person as stored.
+async fn status_of(server: &TestServer, person_id: &str) -> String {
+    person_column(server, person_id, "status").await
+}
+
+/// An owner disables a person through the route (docs/decisions.md
+/// D-300..D-302): a step-up and a reason; the status, the person's login
+/// sessions and their terminal sessions (`user_disabled`) in one unit of
+/// work, audited with the owner as the actor. Refusals change nothing: a
+/// body with an unknown member, no valid step-up (missing or consumed), a
+/// member, an unknown person, the last active owner. Disabled already is
+/// `changed: false`; a disabled person's enrollment code no longer enrolls.
+async fn an_owner_disables_a_person_through_the_route(engine: Engine) {
+    let f = fixture(engine).await;
+    let server = &f.server;
+    let bob_id = f.bob.id().to_owned();
+    let alice_id = f.alice.id().to_owned();
+    let created = server.clock.now_ms();
+    let bobs = three(&f, &bob_id, &f.bob.session).await;
+    let alices = three(&f, &alice_id, &f.alice.session).await;
+    let invited = post(
+        server,
+        "/api/v1/persons",
+        Some(f.alice.token()),
+        json!({"username": "carol", "role": "member"}),
+    )
+    .await;
+    assert_eq!(invited.status, 201, "{:?}", invited.body);
+    let carol_code = invited.body["enrollment_code"].as_str().unwrap().to_owned();
+    let carol_id = invited.body["person"]["id"].as_str().unwrap().to_owned();
+
+    // Refusals: a member the body does not have, no valid step-up, a member
+    // as the caller, an unknown person, the last active owner.
+    let step_up_id = step_up(server, &f.alice).await;
+    let reply = post(
+        server,
+        &format!("/api/v1/persons/{bob_id}/disable"),
+        Some(f.alice.token()),
+        json!({"reason": "r", "step_up_id": step_up_id, "force": true}),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    assert_eq!(reply.body["code"], "validation_failed");
+    assert_eq!(
+        reply.body["errors"],
+        json!([{"pointer": "/force", "code": "unknown_member"}])
+    );
+    let reply = disable_with(
+        &f,
+        &f.alice,
+        &bob_id,
+        "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b",
+    )
+    .await;
+    assert_eq!(reply.status, 401, "{:?}", reply.body);
+    assert_eq!(reply.body["code"], "step_up_required");
+    let reply = disable(&f, &f.bob, &alice_id).await;
+    assert_eq!(reply.status, 403, "{:?}", reply.body);
+    assert_eq!(reply.body["reason"], "owner_required");
+    let reply = disable(&f, &f.alice, &uuid::Uuid::from_u128(7).to_string()).await;
+    assert_eq!(reply.status, 404, "{:?}", reply.body);
+    assert_eq!(reply.body["code"], "not_found");
+    let reply = disable(&f, &f.alice, &alice_id).await;
+    assert_eq!(reply.status, 409, "{:?}", reply.body);
+    assert_eq!(
+        (&reply.body["code"], &reply.body["reason"]),
+        (&json!("conflict"), &json!("last_owner"))
+    );
+    for person in [&alice_id, &bob_id] {
+        assert_eq!(status_of(server, person).await, "active");
+    }
+    for token in [f.alice.token(), f.bob.token()] {
+        let reply = identity_common::get(server, "/api/v1/auth/session", Some(token)).await;
+        assert_eq!(reply.status, 200, "{:?}", reply.body);
+    }
+    for (id, state) in bobs
+        .iter()
+        .chain(&alices)
+        .zip(["opening", "active", "detached"].repeat(2))
+    {
+        assert_untouched(&f, id, state).await;
+    }
+
+    // alice disables bob.
+    server.clock.advance(std::time::Duration::from_secs(3));
+    let step_up_id = step_up(server, &f.alice).await;
+    let at = server.clock.now_ms();
+    let reply = disable_with(&f, &f.alice, &bob_id, &step_up_id).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.body["person"]["id"], bob_id.as_str());
+    assert_eq!(reply.body["person"]["status"], "disabled");
+    assert_eq!(
+        (&reply.body["changed"], &reply.body["sessions_ended"]),
+        (&json!(true), &json!(1))
+    );
+    assert_eq!(status_of(server, &bob_id).await, "disabled");
+    let reply = identity_common::get(server, "/api/v1/auth/session", Some(f.bob.token())).await;
+    assert_eq!(reply.status, 401, "{:?}", reply.body);
+    for id in &bobs {
+        assert_ended(&f, id, &bob_id, "user_disabled", created, at).await;
+    }
+    for (id, state) in alices.iter().zip(["opening", "active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+    let allowed = identity_common::audit_of(server, "person.disable", "allow").await;
+    assert_eq!(allowed.len(), 1, "{allowed:?}");
+    assert_eq!(allowed[0].actor_kind, "person");
+    assert_eq!(allowed[0].actor_id.as_deref(), Some(alice_id.as_str()));
+    assert_eq!(allowed[0].target_kind.as_deref(), Some("person"));
+    assert_eq!(allowed[0].target_id.as_deref(), Some(bob_id.as_str()));
+    assert_eq!(
+        allowed[0].details,
+        json!({"reason": "left the team", "sessions_ended": 1, "no_change": false})
+    );
+    let denied = identity_common::audit_of(server, "person.disable", "deny").await;
+    let codes: Vec<_> = denied
+        .iter()
+        .map(|row| {
+            row.details["reason_code"]
+                .as_str()
+                .unwrap_or("-")
+                .to_owned()
+        })
+        .collect();
+    assert!(codes.contains(&"step_up_missing".to_owned()), "{codes:?}");
+    let last = denied
+        .iter()
+        .find(|row| row.details["reason_code"] == "last_owner")
+        .expect("the deny of the last owner");
+    assert_eq!(last.actor_id.as_deref(), Some(alice_id.as_str()));
+    assert_eq!(last.target_id.as_deref(), Some(alice_id.as_str()));
+    assert_eq!(last.details["reason"], "left the team");
+    for row in allowed.iter().chain(&denied) {
+        let text = row.details.to_string();
+        assert!(!text.contains("bob") && !text.contains("alice"), "{text}");
+    }
+
+    // The step-up was consumed; disabled already changes nothing.
+    let reply = disable_with(&f, &f.alice, &bob_id, &step_up_id).await;
+    assert_eq!(reply.status, 401, "{:?}", reply.body);
+    assert_eq!(reply.body["code"], "step_up_required");
+    let reply = disable(&f, &f.alice, &bob_id).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(
+        (&reply.body["changed"], &reply.body["sessions_ended"]),
+        (&json!(false), &json!(0))
+    );
+    let allowed = identity_common::audit_of(server, "person.disable", "allow").await;
+    assert_eq!(allowed.len(), 2, "{allowed:?}");
+    assert_eq!(allowed[1].details["no_change"], true);
+
+    // A disabled person's enrollment code no longer enrolls.
+    let reply = disable(&f, &f.alice, &carol_id).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    let reply = post(
+        server,
+        "/api/v1/auth/enroll",
+        None,
+        json!({"code": carol_code, "password": identity_common::PASSWORD}),
+    )
+    .await;
+    assert_eq!(reply.status, 401, "{:?}", reply.body);
 }
 
 async fn resetting_the_second_factor_revokes_the_sessions(engine: Engine) {
@@ -512,11 +704,18 @@ async fn set_role(f: &Fixture, by: &Person, person_id: &str, role: &str) -> iden
 
 /// The role of a person as stored.
 async fn role_of(server: &TestServer, person_id: &str) -> String {
-    sqlx::query_scalar("SELECT role FROM persons WHERE principal_id = $1")
-        .bind(person_id.to_owned())
-        .fetch_one(server.state.db().pool())
-        .await
-        .unwrap()
+    person_column(server, person_id, "role").await
+}
+
+/// A text column (`role`, `status`) of a person as stored.
+async fn person_column(server: &TestServer, person_id: &str, column: &str) -> String {
+    sqlx::query_scalar(&format!(
+        "SELECT {column} FROM persons WHERE principal_id = $1"
+    ))
+    .bind(person_id.to_owned())
+    .fetch_one(server.state.db().pool())
+    .await
+    .unwrap()
 }
 
 /// 8.3 "removal of the owner role": SR10 binds the former owner at once. In
@@ -754,6 +953,7 @@ both_engines!(
     revoking_a_login_session_ends_its_sessions,
     revoking_a_device_ends_its_sessions,
     disabling_a_person_ends_all_their_sessions,
+    an_owner_disables_a_person_through_the_route,
     resetting_the_second_factor_revokes_the_sessions,
     an_expired_login_session_ends_in_the_sweep,
 );

@@ -10,9 +10,14 @@
 //!   removes the person's TOTP credentials, ends their login sessions and with
 //!   them their terminal sessions (`session_revoked`) and issues a new
 //!   enrollment code; enrolling with it sets a password and a TOTP secret again.
-//! - [`disable`] (`admin disable --username NAME`): status `disabled`, login
-//!   sessions and every terminal session of the person ended (`user_disabled`,
-//!   8.3), in one unit of work.
+//! - [`disable`] (`admin disable --username NAME`; `POST
+//!   /api/v1/persons/{id}/disable`, owners, with a step-up and a reason):
+//!   status `disabled`, login sessions and every terminal session of the
+//!   person ended (`user_disabled`, 8.3), in one unit of work; disabled
+//!   already changes nothing (`no_change`, still audited). The last active
+//!   owner is never disabled, by an owner nor by the operator (`409 conflict`
+//!   `last_owner`; active owners locked and counted first as for
+//!   [`set_role`], D-86, docs/decisions.md D-301).
 //! - [`enable`] (`admin enable --username NAME`; `POST
 //!   /api/v1/persons/{id}/enable`, owners): status `active` again. A rights
 //!   change: dormant grants become valid again, so it raises the permission
@@ -236,14 +241,27 @@ pub struct Disabled {
     pub sessions_ended: Vec<Uuid>,
 }
 
-/// Disables a person; see the module docs.
-pub async fn disable(db: &Db, now: UnixMillis, name: &str) -> Result<Disabled, IdentityError> {
-    let name = username(name)?;
-    let mut uow = db.begin(now).await?;
-    let person = person_named(&mut uow, &name).await?;
-    if person.status == PersonStatus::Deleted {
-        return Err(IdentityError::invalid("/username", "person_not_active"));
-    }
+/// Disables a person; see the module docs. The step-up of an owner is
+/// consumed first (also when they were disabled already); the last active
+/// owner is refused (`409 conflict` `last_owner`, nothing changed, audited).
+pub async fn disable(
+    db: &Db,
+    now: UnixMillis,
+    who: PersonRef<'_>,
+    authority: RoleAuthority<'_>,
+) -> Result<Disabled, IdentityError> {
+    let uow = db.begin(now).await?;
+    let mut uow = consume_step_up(uow, now, AuditAction::PersonDisable, who, authority).await?;
+    let actor = authority.actor();
+    let person = find(&mut uow, who).await?;
+    let mut uow = keep_last_owner(
+        uow,
+        AuditAction::PersonDisable,
+        actor,
+        &person,
+        &authority.details(),
+    )
+    .await?;
     let changed = persons::set_status(&mut uow, person.id, PersonStatus::Disabled).await?;
     let sessions_ended =
         login_sessions::end(&mut uow, Ending::Person(person.id), EndReason::UserDisabled).await?;
@@ -258,10 +276,11 @@ pub async fn disable(db: &Db, now: UnixMillis, name: &str) -> Result<Disabled, I
     .await
     .map_err(login_sessions::terminal_end_error)?;
     uow.audit(
-        AuditEntry::allow(AuditAction::PersonDisable, Actor::System)
+        AuditEntry::allow(AuditAction::PersonDisable, actor)
             .target(TargetKind::Person, person.id)
             .details(
-                AuditDetails::new()
+                authority
+                    .details()
                     .count("sessions_ended", count(&sessions_ended))
                     .flag("no_change", !changed),
             ),
@@ -275,13 +294,30 @@ pub async fn disable(db: &Db, now: UnixMillis, name: &str) -> Result<Disabled, I
     })
 }
 
-/// Whom [`enable`] enables.
+/// Whom [`disable`], [`enable`] and [`set_role`] act on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PersonRef<'a> {
     /// By username (the CLI); unknown is `NotFound`, deleted `person_not_active`.
     Username(&'a str),
     /// By ID (the route); unknown or deleted is `NotFound`.
     Id(Uuid),
+}
+
+/// The person `who` names, in `uow`.
+async fn find(uow: &mut UnitOfWork, who: PersonRef<'_>) -> Result<Person, IdentityError> {
+    match who {
+        PersonRef::Username(name) => {
+            let person = person_named(uow, &username(name)?).await?;
+            if person.status == PersonStatus::Deleted {
+                return Err(IdentityError::invalid("/username", "person_not_active"));
+            }
+            Ok(person)
+        }
+        PersonRef::Id(id) => match persons::get(uow.conn(), id).await? {
+            Some(person) if person.status != PersonStatus::Deleted => Ok(person),
+            _ => Err(IdentityError::NotFound),
+        },
+    }
 }
 
 /// The outcome of [`enable`].
@@ -302,19 +338,7 @@ pub async fn enable(
     who: PersonRef<'_>,
 ) -> Result<Enabled, HostError> {
     let mut uow = db.begin(now).await.map_err(IdentityError::from)?;
-    let person = match who {
-        PersonRef::Username(name) => {
-            let person = person_named(&mut uow, &username(name)?).await?;
-            if person.status == PersonStatus::Deleted {
-                return Err(IdentityError::invalid("/username", "person_not_active").into());
-            }
-            person
-        }
-        PersonRef::Id(id) => match persons::get(uow.conn(), id).await? {
-            Some(person) if person.status != PersonStatus::Deleted => person,
-            _ => return Err(IdentityError::NotFound.into()),
-        },
-    };
+    let person = find(&mut uow, who).await?;
     let changed = persons::set_status(&mut uow, person.id, PersonStatus::Active).await?;
     if changed {
         permissions::bump_version(&mut uow).await?;
@@ -349,13 +373,15 @@ pub async fn enable(
     Ok(Enabled { person, changed })
 }
 
-/// The authority of a role change: the operator on the command line, or an
-/// owner over the API with the step-up the request consumes and a reason.
+/// The authority of a role change or a disable: the operator on the command
+/// line, or an owner over the API with the step-up the request consumes and a
+/// reason.
 #[derive(Debug, Clone, Copy)]
 pub enum RoleAuthority<'a> {
-    /// `bothy-server admin set-role` (actor `system`).
+    /// `bothy-server admin set-role` or `admin disable` (actor `system`).
     Operator,
-    /// `POST /api/v1/persons/{id}/role` (the route checked the role).
+    /// `POST /api/v1/persons/{id}/role` or `/disable` (the route checked the
+    /// role).
     Owner {
         /// The owner.
         person: &'a PersonPrincipal,
@@ -401,40 +427,10 @@ pub async fn set_role(
     role: Role,
     authority: RoleAuthority<'_>,
 ) -> Result<RoleSet, HostError> {
-    let mut uow = db.begin(now).await.map_err(IdentityError::from)?;
+    let uow = db.begin(now).await.map_err(IdentityError::from)?;
+    let mut uow = consume_step_up(uow, now, AuditAction::PersonSetRole, who, authority).await?;
     let actor = authority.actor();
-    if let RoleAuthority::Owner {
-        person, step_up_id, ..
-    } = authority
-    {
-        match step_up::consume(&mut uow, person.login_session_id, step_up_id, now).await {
-            Ok(_) => {}
-            Err(IdentityError::StepUpRequired(refusal)) => {
-                let mut entry = AuditEntry::deny(AuditAction::PersonSetRole, actor)
-                    .details(authority.details().code("reason_code", refusal));
-                if let PersonRef::Id(id) = who {
-                    entry = entry.target(TargetKind::Person, id);
-                }
-                return Err(deny(uow, entry, IdentityError::StepUpRequired(refusal))
-                    .await
-                    .into());
-            }
-            Err(other) => return Err(other.into()),
-        }
-    }
-    let person = match who {
-        PersonRef::Username(name) => {
-            let person = person_named(&mut uow, &username(name)?).await?;
-            if person.status == PersonStatus::Deleted {
-                return Err(IdentityError::invalid("/username", "person_not_active").into());
-            }
-            person
-        }
-        PersonRef::Id(id) => match persons::get(uow.conn(), id).await? {
-            Some(person) if person.status != PersonStatus::Deleted => person,
-            _ => return Err(IdentityError::NotFound.into()),
-        },
-    };
+    let person = find(&mut uow, who).await?;
     let details = authority
         .details()
         .code("from_role", person.role)
@@ -453,21 +449,8 @@ pub async fn set_role(
         });
     }
     let demotion = person.role == Role::Owner;
-    if demotion
-        && person.status == PersonStatus::Active
-        && active_owners_locked(&mut uow).await? <= 1
-    {
-        let entry = AuditEntry::deny(AuditAction::PersonSetRole, actor)
-            .target(TargetKind::Person, person.id)
-            .details(details.code("reason_code", ConflictReason::LastOwner));
-        return Err(deny(
-            uow,
-            entry,
-            IdentityError::Conflict(ConflictReason::LastOwner),
-        )
-        .await
-        .into());
-    }
+    let mut uow =
+        keep_last_owner(uow, AuditAction::PersonSetRole, actor, &person, &details).await?;
     sqlx::query("UPDATE persons SET role = $1, updated_at = $2 WHERE principal_id = $3")
         .bind(role.as_str())
         .bind(now)
@@ -498,6 +481,70 @@ pub async fn set_role(
         changed: true,
         sessions_ended,
     })
+}
+
+/// Consumes the step-up of an owner's authority in `uow` (the operator has
+/// none); a refusal is audited as a deny of `action` (with the target where
+/// `who` is an ID) and committed, so the unit of work is handed back only on
+/// success.
+async fn consume_step_up(
+    mut uow: UnitOfWork,
+    now: UnixMillis,
+    action: AuditAction,
+    who: PersonRef<'_>,
+    authority: RoleAuthority<'_>,
+) -> Result<UnitOfWork, IdentityError> {
+    let RoleAuthority::Owner {
+        person, step_up_id, ..
+    } = authority
+    else {
+        return Ok(uow);
+    };
+    match step_up::consume(&mut uow, person.login_session_id, step_up_id, now).await {
+        Ok(_) => Ok(uow),
+        Err(IdentityError::StepUpRequired(refusal)) => {
+            let mut entry = AuditEntry::deny(action, authority.actor())
+                .details(authority.details().code("reason_code", refusal));
+            if let PersonRef::Id(id) = who {
+                entry = entry.target(TargetKind::Person, id);
+            }
+            Err(deny(uow, entry, IdentityError::StepUpRequired(refusal)).await)
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// Refuses to take the last active owner away (set_role, disable): where
+/// `person` is an active owner, the active owners are locked and counted
+/// first (D-86), and the last one is a deny of `action` with `details` and
+/// `reason_code` `last_owner`, committed, and `409 conflict` `last_owner`.
+/// Otherwise the unit of work is handed back.
+async fn keep_last_owner(
+    mut uow: UnitOfWork,
+    action: AuditAction,
+    actor: Actor,
+    person: &Person,
+    details: &AuditDetails,
+) -> Result<UnitOfWork, IdentityError> {
+    if person.role != Role::Owner
+        || person.status != PersonStatus::Active
+        || active_owners_locked(&mut uow).await? > 1
+    {
+        return Ok(uow);
+    }
+    let entry = AuditEntry::deny(action, actor)
+        .target(TargetKind::Person, person.id)
+        .details(
+            details
+                .clone()
+                .code("reason_code", ConflictReason::LastOwner),
+        );
+    Err(deny(
+        uow,
+        entry,
+        IdentityError::Conflict(ConflictReason::LastOwner),
+    )
+    .await)
 }
 
 /// The number of active owners, their rows locked until the end of `uow`

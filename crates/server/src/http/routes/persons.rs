@@ -4,6 +4,7 @@
 //! |---|---|---|
 //! | `POST /persons` | `username`, `role` (`owner` or `member`) | 201: `person` {`id`, `username`, `role`, `status`, `enrolled`, `created_at`}, `enrollment_code` (shown once), `enrollment_expires_at` |
 //! | `GET /persons` | — | `persons[]` |
+//! | `POST /persons/{id}/disable` | `reason`, `step_up_id` | 200: `person`, `changed`, `sessions_ended` (login sessions); `409 conflict` `last_owner` |
 //! | `POST /persons/{id}/enable` | — | 200: `person`, `changed`; `409 i6_violation` if a grant of theirs would break I6 |
 //! | `POST /persons/{id}/role` | `role` (`owner` or `member`), `reason`, `step_up_id` | 200: `person`, `changed`, `sessions_ended`; `409 conflict` `last_owner` |
 //!
@@ -14,7 +15,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use bothy_proto::json::Object;
 use serde_json::{Value, json};
-use utoipa::ToSchema;
+use utoipa::{IntoResponses, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -36,6 +37,7 @@ use crate::identity::{PersonStatus, Role, admin};
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
         .routes(routes!(list, invite))
+        .routes(routes!(disable))
         .routes(routes!(enable))
         .routes(routes!(set_role))
 }
@@ -55,9 +57,7 @@ pub fn router() -> OpenApiRouter<AppState> {
         (status = 201, description = "Invited.", body = InvitedPerson),
         ValidationFailed,
         Unauthenticated,
-        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
-            or app), `owner_required` (a member; both audited) or `csrf_token_invalid`.",
-            body = Problem, content_type = PROBLEM_JSON),
+        OwnerRequired,
         (status = 409, description = "`conflict` reason `username_taken` (compared \
             case-insensitively).", body = Problem, content_type = PROBLEM_JSON),
         PayloadTooLarge,
@@ -136,6 +136,65 @@ async fn list(
     Ok(Json(json!({ "persons": persons })))
 }
 
+/// Disables a person (owners, with a step-up and a reason).
+///
+/// In one unit of work the status becomes `disabled`, every login session of
+/// the person ends (`user_disabled`) and with them every terminal session of
+/// theirs (`user_disabled`, 8.3); their grants stay but are dormant. The last
+/// active owner is never disabled (`409 conflict` `last_owner`), also not by
+/// themself. Disabled already changes nothing (`changed: false`; the step-up
+/// is still consumed and the call audited).
+#[utoipa::path(
+    post,
+    path = "/api/v1/persons/{id}/disable",
+    operation_id = "disablePerson",
+    tag = "persons",
+    params(("id" = String, Path, format = "uuid", description = "The person's ID.")),
+    request_body = DisablePersonRequest,
+    security(("bearer" = []), ("console_cookie" = [], "csrf_token" = [])),
+    responses(
+        (status = 200, description = "Disabled (`changed` false: was disabled already).",
+            body = DisabledPerson),
+        (status = 400, description = "`validation_failed`: the body codes, `/reason` \
+            `required` | `too_long` | `invalid`.", body = Problem,
+            content_type = PROBLEM_JSON),
+        StepUpRequired,
+        OwnerRequired,
+        NotFound,
+        LastOwner,
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        Internal,
+        Unavailable,
+    )
+)]
+async fn disable(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<String>,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let now = state.clock().now_ms();
+    let actor = principal
+        .require_owner_person(state.db(), now, AuditAction::PersonDisable)
+        .await?;
+    let id = path_id(&id)?;
+    let object = Object::root(&body, &["reason", "step_up_id"])?;
+    let reason = host_manage::reason(&object)?;
+    let step_up_id = object.uuid("step_up_id")?;
+    let authority = RoleAuthority::Owner {
+        person: actor,
+        step_up_id,
+        reason: &reason,
+    };
+    let disabled = admin::disable(state.db(), now, PersonRef::Id(id), authority).await?;
+    Ok(Json(json!({
+        "person": disabled.person.to_json(),
+        "changed": disabled.changed,
+        "sessions_ended": disabled.sessions_ended.len(),
+    })))
+}
+
 /// Enables a disabled person again (owners).
 ///
 /// A rights change: their dormant grants hold again, so the permission version
@@ -151,9 +210,7 @@ async fn list(
         (status = 200, description = "Active (`changed` false: was active already).",
             body = EnabledPerson),
         Unauthenticated,
-        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
-            or app), `owner_required` (a member; both audited) or `csrf_token_invalid`.",
-            body = Problem, content_type = PROBLEM_JSON),
+        OwnerRequired,
         NotFound,
         (status = 409, description = "`i6_violation`: a grant of theirs (directly or through \
             a group) is on a host whose LLM login is another person's personal subscription \
@@ -200,16 +257,10 @@ async fn enable(
         (status = 400, description = "`validation_failed`: the body codes, `/role` `invalid`, \
             `/reason` `required` | `too_long` | `invalid`.", body = Problem,
             content_type = PROBLEM_JSON),
-        (status = 401, description = "`unauthenticated`, or `step_up_required` (the step-up \
-            is missing, expired, consumed or of another login session; audited).",
-            body = Problem, content_type = PROBLEM_JSON),
-        (status = 403, description = "`forbidden` reason `subject_kind_not_allowed` (an agent \
-            or app), `owner_required` (a member; both audited) or `csrf_token_invalid`.",
-            body = Problem, content_type = PROBLEM_JSON),
+        StepUpRequired,
+        OwnerRequired,
         NotFound,
-        (status = 409, description = "`conflict` reason `last_owner`: the person is the last \
-            active owner (audited; nothing changed).", body = Problem,
-            content_type = PROBLEM_JSON),
+        LastOwner,
         PayloadTooLarge,
         UnsupportedMediaType,
         Internal,
@@ -244,6 +295,59 @@ async fn set_role(
         "changed": set.changed,
         "sessions_ended": set.sessions_ended,
     })))
+}
+
+/// `403` of the routes that change persons (doc-only).
+#[derive(Debug, IntoResponses)]
+#[response(
+    status = 403,
+    description = "`forbidden` reason `subject_kind_not_allowed` (an agent or app), \
+        `owner_required` (a member; both audited) or `csrf_token_invalid`.",
+    content_type = "application/problem+json"
+)]
+pub struct OwnerRequired(pub Problem);
+
+/// `401` of the routes that take a step-up (doc-only).
+#[derive(Debug, IntoResponses)]
+#[response(
+    status = 401,
+    description = "`unauthenticated`, or `step_up_required` (the step-up is missing, expired, \
+        consumed or of another login session; audited).",
+    content_type = "application/problem+json"
+)]
+pub struct StepUpRequired(pub Problem);
+
+/// `409 last_owner` of the role change and the disable (doc-only).
+#[derive(Debug, IntoResponses)]
+#[response(
+    status = 409,
+    description = "`conflict` reason `last_owner`: the person is the last active owner \
+        (audited; nothing changed).",
+    content_type = "application/problem+json"
+)]
+pub struct LastOwner(pub Problem);
+
+/// `POST /api/v1/persons/{id}/disable` (doc-only; the handler reads exactly
+/// these members).
+#[derive(Debug, ToSchema)]
+pub struct DisablePersonRequest {
+    /// Why (1 to 500 characters; kept in the audit).
+    pub reason: String,
+    /// A fresh step-up of the caller's login session, consumed by the call.
+    #[schema(format = "uuid")]
+    pub step_up_id: String,
+}
+
+/// `200` of `POST /api/v1/persons/{id}/disable` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct DisabledPerson {
+    /// The person, disabled.
+    pub person: Person,
+    /// Whether the status changed (false: disabled already).
+    pub changed: bool,
+    /// The login sessions this ended (`user_disabled`); their terminal
+    /// sessions ended with them.
+    pub sessions_ended: u64,
 }
 
 /// `POST /api/v1/persons/{id}/role` (doc-only; the handler reads exactly
