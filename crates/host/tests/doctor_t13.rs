@@ -14,10 +14,11 @@ mod doctor_common;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use bothy_host::doctor::Places;
+use bothy_host::config::HostServiceConfig;
 use bothy_host::doctor::service_side::{
     ServiceInputs, docker_socket_writable, ptrace_scope_low, ptrace_scope_path, service_checks,
 };
+use bothy_host::doctor::{Doctor, Places};
 use bothy_proto::control::LlmCredentials;
 use bothy_proto::doctor::{Check, DoctorCode, DoctorEntry};
 use causes::{Membership, SudoRule};
@@ -30,10 +31,13 @@ fn test_places(root: &RootDir, users: &[&TestUser]) -> Places {
     }
 }
 
-fn service_codes(
-    config: &bothy_host::config::HostServiceConfig,
-    places: Places,
-) -> Vec<DoctorCode> {
+/// [`full_run`] with the declaration organization and no former session
+/// users.
+async fn organization_run(config: &HostServiceConfig, places: Places) -> Doctor {
+    full_run(config, Some(LlmCredentials::Organization), vec![], places).await
+}
+
+fn service_codes(config: &HostServiceConfig, places: Places) -> Vec<DoctorCode> {
     service_checks(&ServiceInputs {
         config: config.clone(),
         config_path: None,
@@ -49,13 +53,7 @@ async fn a_clean_host_passes_hd1_to_hd4_hd6_hd8_hd9() {
     let svc = user("svc");
     let a = user("a");
     let config = config(&root, &svc, &[&a]);
-    let doctor = full_run(
-        &config,
-        Some(LlmCredentials::Organization),
-        vec![],
-        test_places(&root, &[&svc, &a]),
-    )
-    .await;
+    let doctor = organization_run(&config, test_places(&root, &[&svc, &a])).await;
     for check in [
         Check::Hd1User,
         Check::Hd2Groups,
@@ -96,13 +94,7 @@ async fn root_as_session_user_is_privileged() {
     let svc = user("svc");
     let mut config = config(&root, &svc, &[]);
     config.session_users = vec!["root".into()];
-    let doctor = full_run(
-        &config,
-        Some(LlmCredentials::Organization),
-        vec![],
-        test_places(&root, &[&svc]),
-    )
-    .await;
+    let doctor = organization_run(&config, test_places(&root, &[&svc])).await;
     assert_eq!(
         of(&doctor, Check::Hd1User),
         [DoctorEntry::for_code(DoctorCode::PrivilegedUser)]
@@ -118,13 +110,7 @@ async fn root_as_session_user_is_privileged() {
     );
     config.service_user = "root".into();
     config.session_users = vec![svc.name.clone()];
-    let doctor = full_run(
-        &config,
-        Some(LlmCredentials::Organization),
-        vec![],
-        test_places(&root, &[&svc]),
-    )
-    .await;
+    let doctor = organization_run(&config, test_places(&root, &[&svc])).await;
     assert!(
         of(&doctor, Check::Hd1User).contains(&DoctorEntry::for_code(DoctorCode::PrivilegedUser))
     );
@@ -183,7 +169,7 @@ async fn a_writable_docker_socket_refuses_the_start() {
     // The socket's group is the session user's: writable for it.
     nix::unistd::chown(&socket, None, Some(nix::unistd::Gid::from_raw(a.gid))).unwrap();
     assert!(docker_socket_writable(&socket, &[account(&a)]));
-    let doctor = full_run(&config, Some(LlmCredentials::Organization), vec![], places).await;
+    let doctor = organization_run(&config, places).await;
     assert_eq!(
         of(&doctor, Check::Hd2Groups),
         [DoctorEntry::for_code(DoctorCode::DockerSocketWritable)]
@@ -211,13 +197,7 @@ async fn passwordless_sudo_of_a_session_user_or_the_service_user_refuses_the_sta
     let places = test_places(&root, &[&svc, &a]);
     {
         let _rule = SudoRule::passwordless(&a.name);
-        let doctor = full_run(
-            &config,
-            Some(LlmCredentials::Organization),
-            vec![],
-            places.clone(),
-        )
-        .await;
+        let doctor = organization_run(&config, places.clone()).await;
         assert_eq!(
             of(&doctor, Check::Hd3Sudo),
             [DoctorEntry::for_code(DoctorCode::PasswordlessSudo)]
@@ -268,13 +248,7 @@ async fn a_subscription_login_with_organization_names_the_session_user() {
     chown(&file, &a);
     let config = config(&root, &svc, &[&a, &b]);
     let places = test_places(&root, &[&svc, &a, &b]);
-    let doctor = full_run(
-        &config,
-        Some(LlmCredentials::Organization),
-        vec![],
-        places.clone(),
-    )
-    .await;
+    let doctor = organization_run(&config, places.clone()).await;
     assert_eq!(
         of(&doctor, Check::Hd6LlmLogin),
         [DoctorEntry::naming(
@@ -302,33 +276,21 @@ async fn service_user_as_session_user_empty_list_and_duplicates() {
     let a = user("a");
     let places = test_places(&root, &[&svc, &a]);
     let mut config = config(&root, &svc, &[&svc]);
-    let doctor = full_run(
-        &config,
-        Some(LlmCredentials::Organization),
-        vec![],
-        places.clone(),
-    )
-    .await;
+    let doctor = organization_run(&config, places.clone()).await;
     assert_eq!(
         of(&doctor, Check::Hd1User),
         [DoctorEntry::for_code(DoctorCode::SessionUserIsServiceUser)]
     );
     assert!(doctor.refuses_start());
     config.session_users = vec![];
-    let doctor = full_run(
-        &config,
-        Some(LlmCredentials::Organization),
-        vec![],
-        places.clone(),
-    )
-    .await;
+    let doctor = organization_run(&config, places.clone()).await;
     assert_eq!(
         of(&doctor, Check::Hd1User),
         [DoctorEntry::for_code(DoctorCode::SessionUsersEmpty)]
     );
     assert!(doctor.refuses_start());
     config.session_users = vec![a.name.clone(), a.name.to_uppercase()];
-    let doctor = full_run(&config, Some(LlmCredentials::Organization), vec![], places).await;
+    let doctor = organization_run(&config, places).await;
     assert_eq!(
         of(&doctor, Check::Hd1User),
         [DoctorEntry::for_code(DoctorCode::SessionUserDuplicate)],

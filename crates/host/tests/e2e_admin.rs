@@ -32,13 +32,8 @@ use bothy_server::db::Engine;
 use e2e_common::{Options, Scenario};
 use hosts_common::invited_person;
 use output::{refused, succeeded, text};
-use serde_json::{Value, json};
+use serde_json::json;
 use users::{Accounts, processes_of};
-
-/// `bothy-host session-user ARGS` with the scenario's units folder.
-fn session_user(scenario: &Scenario, args: &[&str]) -> std::process::Output {
-    scenario.session_user(args)
-}
 
 /// Waits (bounded) until the host reports exactly `names`.
 async fn wait_reported(scenario: &Scenario, names: &[String]) {
@@ -57,14 +52,11 @@ async fn wait_reported(scenario: &Scenario, names: &[String]) {
     }
 }
 
+/// The names of the session users the host reported.
 async fn reported_names(scenario: &Scenario) -> Vec<String> {
-    let text: String = sqlx::query_scalar("SELECT reported_session_users FROM hosts WHERE id = $1")
-        .bind(&scenario.host_id)
-        .fetch_one(scenario.server.db().db.pool())
+    scenario
+        .reported_session_users()
         .await
-        .expect("reported_session_users");
-    let users: Value = serde_json::from_str(&text).expect("JSON");
-    users
         .as_array()
         .expect("a list")
         .iter()
@@ -101,7 +93,7 @@ async fn remove_restarts_the_service_which_then_reports_without_the_user() {
     let former_helper = scenario.helper_pid(0);
     assert!(processes_of(scenario.users[0].uid).contains(&former_helper));
 
-    let output = session_user(&scenario, &["remove", &removed]);
+    let output = scenario.session_user(&["remove", &removed]);
     let stdout = succeeded(&output);
     assert!(
         stdout.contains("the service was restarted"),
@@ -163,7 +155,7 @@ async fn remove_restarts_the_service_which_then_reports_without_the_user() {
     assert_eq!(reply.body["reason"], "no_session_user", "{:?}", reply.body);
 
     // The name stays taken on this host.
-    let output = session_user(&scenario, &["add", &removed]);
+    let output = scenario.session_user(&["add", &removed]);
     refused(&output, 1, "is bound to a person");
 }
 
@@ -191,7 +183,7 @@ async fn add_starts_the_helper_and_restarts_the_service_which_then_reports_the_n
 
     let new = users::unique_name("n");
     let _account = Accounts(vec![new.clone()]);
-    let output = session_user(&scenario, &["add", &new]);
+    let output = scenario.session_user(&["add", &new]);
     let stdout = succeeded(&output);
     let restarted = scenario.service_pid();
     assert_ne!(restarted, before, "{}", text(&output));

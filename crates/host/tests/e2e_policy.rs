@@ -24,8 +24,11 @@ mod e2e_common;
 use std::path::{Path, PathBuf};
 
 use bothy_server::db::Engine;
-use e2e_common::{DeviceSession, Options, Scenario, as_user, entries_of, has_entry};
-use hosts_common::invited_person;
+use e2e_common::{
+    DeviceSession, Options, Scenario, all_passed, as_user, entries_of, has_entry,
+    subscription_login,
+};
+use hosts_common::{Person, invited_person};
 use serde_json::Value;
 use users::TestUser;
 
@@ -42,6 +45,7 @@ async fn start_scenario(options: Options) -> Scenario {
 }
 
 const HD6: &str = "hd6_llm_login";
+const HD9: &str = "hd9_foreign_homes";
 const HD10: &str = "hd10_helper_integrity";
 const HD11: &str = "hd11_shared_locations";
 
@@ -57,16 +61,7 @@ fn check_every(every: &str) -> impl FnOnce(String) -> String {
     }
 }
 
-/// What a subscription login leaves in a session user's account (7.4: the
-/// login location `~/.claude/.credentials.json`), written by the user itself.
-fn subscription_login(user: &TestUser) {
-    let out = as_user(
-        user,
-        "mkdir -p \"$HOME/.claude\" && umask 077 && printf '{}' > \"$HOME/.claude/.credentials.json\"",
-    );
-    assert!(out.status.success(), "{out:?}");
-}
-
+/// Removes what [`subscription_login`] left in `user`'s account.
 fn remove_subscription_login(user: &TestUser) {
     std::fs::remove_file(user.home.join(".claude/.credentials.json")).expect("removed");
 }
@@ -86,19 +81,30 @@ async fn ended_for_policy(scenario: &Scenario, device: &mut DeviceSession, detai
     );
 }
 
+/// Opens `profile` (with `index`) as `person`, which the route accepts, and
+/// completes the handshake and `start`.
+async fn opened(
+    scenario: &Scenario,
+    person: &Person,
+    profile: &str,
+    index: Option<u32>,
+) -> DeviceSession {
+    scenario
+        .open_with_index(person, profile, index)
+        .await
+        .unwrap_or_else(|reply| panic!("the route refused: {:?}", reply.body))
+}
+
 /// Opens `profile` (with `index`) as `person`; the opening passes the route
 /// and the handshake and fails on the host with `detail`: no PTY.
 async fn open_fails(
     scenario: &Scenario,
-    person: &hosts_common::Person,
+    person: &Person,
     profile: &str,
     index: Option<u32>,
     detail: &str,
 ) {
-    let mut device = scenario
-        .open_with_index(person, profile, index)
-        .await
-        .unwrap_or_else(|reply| panic!("the route refused: {:?}", reply.body));
+    let mut device = opened(scenario, person, profile, index).await;
     let (code, reason) = device.expect_close().await;
     assert_eq!((code, reason.as_str()), (4100, "open_failed"), "{detail}");
     assert_eq!(
@@ -110,17 +116,13 @@ async fn open_fails(
 }
 
 /// A shell opens and runs as `person`.
-async fn shell_runs(scenario: &Scenario, person: &hosts_common::Person) -> DeviceSession {
-    let mut device = scenario
-        .open_with_index(person, "shell", None)
-        .await
-        .unwrap_or_else(|reply| panic!("the route refused: {:?}", reply.body));
+async fn shell_runs(scenario: &Scenario, person: &Person) -> DeviceSession {
+    let mut device = opened(scenario, person, "shell", None).await;
     device.type_text("echo RU\"\"NS\n").await;
     device.expect_output("RUNS").await;
     device
 }
 
-/// Closes a running session with the frame close: (4100, client_closed).
 /// A refused request: its status, problem `code` and `reason`.
 fn assert_refusal(reply: &identity_common::Reply, status: u16, code: &str, reason: &str) {
     assert_eq!(reply.status.as_u16(), status, "{:?}", reply.body);
@@ -128,6 +130,7 @@ fn assert_refusal(reply: &identity_common::Reply, status: u16, code: &str, reaso
     assert_eq!(reply.body["reason"], reason, "{:?}", reply.body);
 }
 
+/// Closes a running session with the frame close: (4100, client_closed).
 async fn close(scenario: &Scenario, mut device: DeviceSession) {
     device.send(bothy_proto::frame::Frame::Close).await;
     let (code, reason) = device.expect_close().await;
@@ -144,6 +147,41 @@ async fn host_connect_audit(scenario: &Scenario) -> Vec<Value> {
         .collect()
 }
 
+/// Invites bob, a second owner, and gives him the second session user.
+async fn assign_bob(scenario: &Scenario) -> Person {
+    let bob = invited_person(&scenario.server, &scenario.owner, "bob", "owner", 2).await;
+    scenario.assign_user(&bob, 1).await;
+    bob
+}
+
+/// `start_scenario` with two session users and the periodic light run every
+/// second; bob has the second session user ([`assign_bob`]).
+async fn start_checked_every_second_with_bob() -> (Scenario, Person) {
+    let mut scenario = start_scenario(Options {
+        session_users: 2,
+        ..Options::default()
+    })
+    .await;
+    scenario.reconfigure(check_every("1s"));
+    scenario.wait_connected().await;
+    let bob = assign_bob(&scenario).await;
+    (scenario, bob)
+}
+
+/// Waits until the report has a failed entry of `check` with `code` naming
+/// `user`, and asserts that every entry of `check` names `user`.
+async fn wait_naming_only(scenario: &Scenario, what: &str, check: &str, code: &str, user: &str) {
+    let entries = scenario
+        .wait_doctor(what, |e| has_entry(e, check, code, Some(user)))
+        .await;
+    assert!(
+        entries_of(&entries, check)
+            .iter()
+            .all(|e| e["session_user"] == user),
+        "{what}: only {user} is named: {entries:?}"
+    );
+}
+
 /// TM-T21 (a) to (e): a subscription login in the account of the first
 /// person ends every running session (host_policy_violation,
 /// subscription_login_detected), the second person's opening fails with the
@@ -155,15 +193,7 @@ async fn host_connect_audit(scenario: &Scenario) -> Vec<Value> {
 /// add` of the removed name is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tm_t21_a_to_e_a_subscription_login_stops_the_host_and_names_the_account() {
-    let mut scenario = start_scenario(Options {
-        session_users: 2,
-        ..Options::default()
-    })
-    .await;
-    scenario.reconfigure(check_every("1s"));
-    scenario.wait_connected().await;
-    let bob = invited_person(&scenario.server, &scenario.owner, "bob", "owner", 2).await;
-    scenario.assign_user(&bob, 1).await;
+    let (scenario, bob) = start_checked_every_second_with_bob().await;
     let (first, second) = (
         scenario.users[0].name.clone(),
         scenario.users[1].name.clone(),
@@ -263,7 +293,7 @@ async fn tm_t21_a_to_e_a_subscription_login_stops_the_host_and_names_the_account
     let gid = nix::unistd::Gid::from_raw(group.gid());
     nix::unistd::chown(&scenario.users[0].home, None, Some(gid)).expect("chgrp");
     chmod(&scenario.users[0].home, 0o750);
-    let removed = session_user(&scenario, &["remove", &first]);
+    let removed = scenario.session_user(&["remove", &first]);
     assert_eq!(removed.status.code(), Some(0), "{removed:?}");
     {
         use std::os::unix::fs::MetadataExt;
@@ -272,10 +302,7 @@ async fn tm_t21_a_to_e_a_subscription_login_stops_the_host_and_names_the_account
     }
     let entries = scenario
         .wait_doctor("HD6 and HD9 passed without the first", |e| {
-            entries_of(e, HD6).iter().all(|x| x["ok"] == true)
-                && entries_of(e, "hd9_foreign_homes")
-                    .iter()
-                    .all(|x| x["ok"] == true)
+            all_passed(e, HD6) && all_passed(e, HD9)
         })
         .await;
     assert!(
@@ -283,34 +310,22 @@ async fn tm_t21_a_to_e_a_subscription_login_stops_the_host_and_names_the_account
         "{entries:?}"
     );
     scenario.wait_connected().await;
-    let reported: String =
-        sqlx::query_scalar("SELECT reported_session_users FROM hosts WHERE id = $1")
-            .bind(&scenario.host_id)
-            .fetch_one(scenario.server.db().db.pool())
-            .await
-            .expect("reported_session_users");
+    let reported = scenario.reported_session_users().await.to_string();
     assert!(!reported.contains(first.as_str()), "{reported}");
     assert!(reported.contains(second.as_str()), "{reported}");
     close(&scenario, shell_runs(&scenario, &bob).await).await;
     let reply = scenario
         .open_reply(&scenario.owner, "shell", &[7u8; 32])
         .await;
-    assert_eq!(reply.status.as_u16(), 403, "{:?}", reply.body);
-    assert_eq!(reply.body["code"], "terminal_denied", "{:?}", reply.body);
-    assert_eq!(reply.body["reason"], "no_session_user", "{:?}", reply.body);
+    assert_refusal(&reply, 403, "terminal_denied", "no_session_user");
     // (e) The removed name cannot be added again: it is bound to the first
     // person in the state directory.
-    let added = session_user(&scenario, &["add", &first]);
+    let added = scenario.session_user(&["add", &first]);
     assert_eq!(added.status.code(), Some(1), "{added:?}");
     assert!(
         String::from_utf8_lossy(&added.stderr).contains("is bound to a person"),
         "{added:?}"
     );
-}
-
-/// `bothy-host session-user ARGS` under supervise (units in the scenario).
-fn session_user(scenario: &Scenario, args: &[&str]) -> std::process::Output {
-    scenario.session_user(args)
 }
 
 /// TM-T21 (g): a subscription login lies in the account of the second person
@@ -326,34 +341,19 @@ async fn tm_t21_g_a_login_found_at_start_is_reported_before_the_refusal() {
         ..Options::default()
     })
     .await;
-    let bob = invited_person(&scenario.server, &scenario.owner, "bob", "owner", 2).await;
-    scenario.assign_user(&bob, 1).await;
+    let bob = assign_bob(&scenario).await;
     let second = scenario.users[1].name.clone();
     scenario.stop_service();
     subscription_login(&scenario.users[1]);
     scenario.start_service();
-    scenario.wait_log("status=78").await;
-    let log = scenario.log();
-    assert!(log.contains("not restarted"), "{log}");
-    assert_eq!(
-        log.matches("doctor refuses the start;").count(),
-        1,
-        "exactly one refused start: {log}"
-    );
+    scenario.wait_refused_start().await;
     let entries = scenario
         .wait_doctor("HD6 naming the second", |e| {
             has_entry(e, HD6, "subscription_login_detected", Some(&second))
         })
         .await;
     assert_eq!(entries_of(&entries, HD6).len(), 1, "{entries:?}");
-    assert!(
-        !scenario
-            .server
-            .state
-            .control_links()
-            .is_connected(scenario.host_uuid()),
-        "the host stays disconnected"
-    );
+    assert!(!scenario.connected(), "the host stays disconnected");
     // The console: the entry and the assignment of its name to the person.
     let host =
         hosts_common::get_host(&scenario.server, scenario.owner.token(), &scenario.host_id).await;
@@ -384,13 +384,10 @@ async fn tm_t21_g_a_login_found_at_start_is_reported_before_the_refusal() {
     );
     // The operator removes the file and restarts: HD6 passes, bob opens again.
     remove_subscription_login(&scenario.users[1]);
-    let restarted = scenario.host_command(&["restart"]);
-    assert!(restarted.status.success(), "{restarted:?}");
+    scenario.restart();
     scenario.wait_connected().await;
     let entries = scenario
-        .wait_doctor("HD6 passed", |e| {
-            entries_of(e, HD6).iter().all(|entry| entry["ok"] == true)
-        })
+        .wait_doctor("HD6 passed", |e| all_passed(e, HD6))
         .await;
     assert_eq!(entries_of(&entries, HD6).len(), 1);
     shell_runs(&scenario, &bob).await;
@@ -468,15 +465,7 @@ fn fake_helper(user: &TestUser) -> (std::process::Child, u32, PathBuf) {
 /// own session, cannot ptrace-attach to its running helper.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tm_t26_a_fake_helper_gets_no_frame_and_hd10_names_its_user() {
-    let mut scenario = start_scenario(Options {
-        session_users: 2,
-        ..Options::default()
-    })
-    .await;
-    scenario.reconfigure(check_every("1s"));
-    scenario.wait_connected().await;
-    let bob = invited_person(&scenario.server, &scenario.owner, "bob", "owner", 2).await;
-    scenario.assign_user(&bob, 1).await;
+    let (scenario, bob) = start_checked_every_second_with_bob().await;
     let first = scenario.users[0].name.clone();
     // The attach attempt from a shell of the second session user.
     let mut bob_shell = shell_runs(&scenario, &bob).await;
@@ -508,17 +497,14 @@ async fn tm_t26_a_fake_helper_gets_no_frame_and_hd10_names_its_user() {
         "process_exited"
     );
     ended_for_policy(&scenario, &mut bob_shell, "helper_untrusted").await;
-    let entries = scenario
-        .wait_doctor("HD10 peer_mismatch naming the first", |e| {
-            has_entry(e, HD10, "peer_mismatch", Some(&first))
-        })
-        .await;
-    assert!(
-        entries_of(&entries, HD10)
-            .iter()
-            .all(|e| e["session_user"] == first.as_str()),
-        "only the first is named: {entries:?}"
-    );
+    wait_naming_only(
+        &scenario,
+        "HD10 peer_mismatch naming the first",
+        HD10,
+        "peer_mismatch",
+        &first,
+    )
+    .await;
     open_fails(&scenario, &bob, "shell", None, "helper_untrusted").await;
     open_fails(
         &scenario,
@@ -564,6 +550,7 @@ fn folder(path: &Path, mode: u32, owner: Option<&TestUser>) -> PathBuf {
     path.to_owned()
 }
 
+/// `chmod` to `mode`.
 fn chmod(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
@@ -574,6 +561,13 @@ fn root_file(path: &Path, text: &str, mode: u32) -> PathBuf {
     std::fs::write(path, text).expect("write");
     chmod(path, mode);
     path.to_owned()
+}
+
+/// A file of `user` with `text` and `mode`.
+fn user_file(path: &Path, text: &str, mode: u32, user: &TestUser) -> PathBuf {
+    let path = root_file(path, text, mode);
+    std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid)).expect("chown");
+    path
 }
 
 /// The file (in the scenario folder, writable by all) in which the fake
@@ -589,7 +583,7 @@ const FAKE_CLAUDE: &str = "#!/bin/sh\nif [ \"$1 $2\" = 'auth status' ]; then id 
 /// shared folder is listed for A too (TM-T29 (c)), so HD7 drops it from both.
 struct OrgHost {
     scenario: Scenario,
-    bob: hosts_common::Person,
+    bob: Person,
     a: String,
     b: String,
     /// The folder above B's working directories (root's, 0755).
@@ -607,8 +601,7 @@ impl OrgHost {
             ..Options::default()
         })
         .await;
-        let bob = invited_person(&scenario.server, &scenario.owner, "bob", "owner", 2).await;
-        scenario.assign_user(&bob, 1).await;
+        let bob = assign_bob(&scenario).await;
         let base = scenario.dir.path.clone();
         let (ua, ub) = (&scenario.users[0], &scenario.users[1]);
         let (a, b) = (ua.name.clone(), ub.name.clone());
@@ -676,14 +669,11 @@ impl OrgHost {
 /// fake claude to print its working directory; the session.
 async fn claude_runs_in(
     scenario: &Scenario,
-    person: &hosts_common::Person,
+    person: &Person,
     index: u32,
     folder: &Path,
 ) -> DeviceSession {
-    let mut device = scenario
-        .open_with_index(person, "claude", Some(index))
-        .await
-        .unwrap_or_else(|reply| panic!("the route refused: {:?}", reply.body));
+    let mut device = opened(scenario, person, "claude", Some(index)).await;
     device
         .expect_output(&format!("CLAUDE-CWD=[{}]", folder.display()))
         .await;
@@ -694,17 +684,24 @@ async fn claude_runs_in(
 /// `index`; the trace file and the strace process.
 fn trace_helper(scenario: &Scenario, index: usize, name: &str) -> (PathBuf, std::process::Child) {
     let trace = scenario.dir.path.join(format!("trace-{name}"));
-    let helper = scenario.helper_pid(index);
-    let child = std::process::Command::new("strace")
-        .args(["-f", "-qq", "-e", "trace=execve", "-e", "signal=none", "-o"])
-        .arg(&trace)
-        .args(["-p", &helper.to_string()])
+    let args = ["-f", "-qq", "-e", "trace=execve", "-e", "signal=none"];
+    let child = strace(&args, &trace, scenario.helper_pid(index));
+    (trace, child)
+}
+
+/// Starts `strace ARGS -o OUTPUT -p PID` without a terminal; the strace
+/// process.
+fn strace(args: &[&str], output: &Path, pid: u32) -> std::process::Child {
+    std::process::Command::new("strace")
+        .args(args)
+        .arg("-o")
+        .arg(output)
+        .args(["-p", &pid.to_string()])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()
-        .expect("strace");
-    (trace, child)
+        .expect("strace")
 }
 
 /// Ends the strace of [`trace_helper`] and returns every program it saw
@@ -769,13 +766,11 @@ async fn wait_periodic_run(scenario: &Scenario, user: &str) {
     }
 }
 
-/// Waits until strace is attached (its trace file exists and the helper's
-/// status names a tracer).
-async fn wait_traced(scenario: &Scenario, index: usize) {
-    let helper = scenario.helper_pid(index);
+/// Waits until strace is attached to `pid` (its status names a tracer).
+async fn wait_traced(pid: u32) {
     let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
     loop {
-        let status = std::fs::read_to_string(format!("/proc/{helper}/status")).unwrap_or_default();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let traced = status
             .lines()
             .find_map(|l| l.strip_prefix("TracerPid:"))
@@ -801,32 +796,9 @@ async fn wait_traced(scenario: &Scenario, index: usize) {
 async fn tm_t29_c_g_shared_workdirs_are_dropped_and_indexes_count_in_the_reported_list() {
     let host = OrgHost::start().await;
     let scenario = &host.scenario;
-    let users: Value = serde_json::from_str(
-        &sqlx::query_scalar::<_, String>("SELECT reported_session_users FROM hosts WHERE id = $1")
-            .bind(&scenario.host_id)
-            .fetch_one(scenario.server.db().db.pool())
-            .await
-            .expect("reported_session_users"),
-    )
-    .expect("JSON");
-    let list_of = |name: &str| -> Vec<String> {
-        users
-            .as_array()
-            .expect("list")
-            .iter()
-            .find(|u| u["name"] == name)
-            .map(|u| {
-                u["workdirs"]
-                    .as_array()
-                    .expect("workdirs")
-                    .iter()
-                    .map(|w| w["display_name"].as_str().expect("name").to_owned())
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    assert_eq!(list_of(&host.b), ["bw1", "bw2"], "{users}");
-    assert_eq!(list_of(&host.a), ["aw1"], "{users}");
+    let users = scenario.reported_session_users().await;
+    assert_eq!(workdir_names(&users, &host.b), ["bw1", "bw2"], "{users}");
+    assert_eq!(workdir_names(&users, &host.a), ["aw1"], "{users}");
     let entries = scenario.reported_doctor().await;
     let hd7 = entries_of(&entries, "hd7_profiles");
     assert_eq!(hd7.len(), 1);
@@ -838,12 +810,7 @@ async fn tm_t29_c_g_shared_workdirs_are_dropped_and_indexes_count_in_the_reporte
     let _first = claude_runs_in(scenario, &host.bob, 0, &host.b_w1).await;
     let _second = claude_runs_in(scenario, &host.bob, 1, &host.b_w2).await;
     // (g) An index outside B's list: the route refuses.
-    let refused = scenario
-        .open_with_index(&host.bob, "claude", Some(2))
-        .await
-        .err()
-        .expect("refused");
-    assert_refusal(&refused, 403, "terminal_denied", "profile_unknown");
+    claude_profile_unknown(scenario, &host.bob, 2).await;
     // (g) The server's copy names a third folder (bypassing the host): the
     // token carries wdi 2, the host refuses it before any PTY.
     let widened = users.to_string().replace(
@@ -858,50 +825,27 @@ async fn tm_t29_c_g_shared_workdirs_are_dropped_and_indexes_count_in_the_reporte
         .await
         .expect("the server's copy widened");
     let before = scenario.session_processes(1).len();
-    let (grant, key) = open_raw_with_index(scenario, &host.bob, 2).await;
-    let mut ws = scenario.device_stream(&host.bob, grant.session_id).await;
-    let mut initiator = bothy_noise::Initiator::with_ephemeral(
-        grant.session_id,
-        scenario.host_uuid(),
-        &grant.noise_public_key,
-        key,
-    )
-    .expect("initiator");
-    let message1 = initiator
-        .write_message1(grant.token.as_bytes())
-        .expect("m1");
+    let (grant, key) = scenario
+        .open_raw_with_index(&host.bob, "claude", Some(2))
+        .await;
     assert_eq!(
-        e2e_common::refused(&mut ws, message1).await,
+        scenario
+            .refused_message1(&host.bob, &grant, key, &grant.token)
+            .await,
         (4104, "profile_unknown".to_owned())
     );
     assert_eq!(scenario.session_processes(1).len(), before, "no PTY");
 }
 
-/// The open route with a workdir_index, without a handshake.
-async fn open_raw_with_index(
-    scenario: &Scenario,
-    person: &hosts_common::Person,
-    index: u32,
-) -> (e2e_common::RawGrant, bothy_noise::EphemeralKey) {
-    let ephemeral = bothy_noise::EphemeralKey::generate().expect("key");
-    let cek = bothy_proto::jws::ephemeral_key_hash(&ephemeral.public());
-    let step_up_id = hosts_common::step_up(&scenario.server, person).await;
-    let reply = identity_common::post(
-        &scenario.server,
-        &format!("/api/v1/hosts/{}/terminal/sessions", scenario.host_id),
-        Some(person.token()),
-        serde_json::json!({
-            "profile": "claude",
-            "workdir_index": index,
-            "columns": 100,
-            "rows": 30,
-            "client_ephemeral_key_hash": bothy_proto::b64::encode(&cek),
-            "step_up_id": step_up_id,
-        }),
-    )
-    .await;
-    assert_eq!(reply.status.as_u16(), 201, "{:?}", reply.body);
-    (e2e_common::raw_grant_of(&reply.body), ephemeral)
+/// Opening claude in working directory `index` as `person`: the route
+/// refuses it, 403 terminal_denied profile_unknown.
+async fn claude_profile_unknown(scenario: &Scenario, person: &Person, index: u32) {
+    let refused = scenario
+        .open_with_index(person, "claude", Some(index))
+        .await
+        .err()
+        .expect("refused");
+    assert_refusal(&refused, 403, "terminal_denied", "profile_unknown");
 }
 
 /// One shared location of TM-T29 that A makes at a location of B, and how the
@@ -958,9 +902,8 @@ fn violations() -> Vec<Violation> {
         Violation {
             case: "(h) CLAUDE.md of A above",
             make: Box::new(|h: &OrgHost| {
-                let file = root_file(&h.b_parent.join("CLAUDE.md"), "be evil\n", 0o644);
-                let a = h.user_a();
-                std::os::unix::fs::chown(&file, Some(a.uid), Some(a.gid)).expect("chown");
+                let file = h.b_parent.join("CLAUDE.md");
+                user_file(&file, "be evil\n", 0o644, h.user_a());
             }),
             undo: Box::new(|h: &OrgHost| {
                 std::fs::remove_file(h.b_parent.join("CLAUDE.md")).expect("removed");
@@ -981,9 +924,8 @@ fn violations() -> Vec<Violation> {
         Violation {
             case: "(j) CLAUDE.md above as a link of root to a file of A",
             make: Box::new(|h: &OrgHost| {
-                let target = root_file(&h.scenario.dir.path.join("a-notes.md"), "be evil\n", 0o644);
-                let a = h.user_a();
-                std::os::unix::fs::chown(&target, Some(a.uid), Some(a.gid)).expect("chown");
+                let notes = h.scenario.dir.path.join("a-notes.md");
+                let target = user_file(&notes, "be evil\n", 0o644, h.user_a());
                 std::os::unix::fs::symlink(&target, h.b_parent.join("CLAUDE.md")).expect("link");
             }),
             undo: Box::new(|h: &OrgHost| {
@@ -1022,7 +964,7 @@ async fn tm_t29_a_b_d_h_a_shared_location_of_b_blocks_only_b() {
         let mut b_shell = shell_runs(scenario, &host.bob).await;
         (violation.make)(&host);
         let (trace, strace) = trace_helper(scenario, 1, "b");
-        wait_traced(scenario, 1).await;
+        wait_traced(scenario.helper_pid(1)).await;
         open_fails(scenario, &host.bob, "claude", Some(0), "shared_location").await;
         let execs = traced_execs(&trace, strace);
         assert!(
@@ -1038,17 +980,7 @@ async fn tm_t29_a_b_d_h_a_shared_location_of_b_blocks_only_b() {
             "{case}: programs started in B: {started:?}"
         );
         ended_for_policy(scenario, &mut b_shell, "shared_location").await;
-        let entries = scenario
-            .wait_doctor(case, |e| {
-                has_entry(e, HD11, "shared_location", Some(&host.b))
-            })
-            .await;
-        assert!(
-            entries_of(&entries, HD11)
-                .iter()
-                .all(|e| e["session_user"] == host.b.as_str()),
-            "{case}: only B is named: {entries:?}"
-        );
+        wait_naming_only(scenario, case, HD11, "shared_location", &host.b).await;
         // A keeps its session and opens a new one.
         a_shell.type_text("echo STILL\"\"A\n").await;
         a_shell.expect_output("STILLA").await;
@@ -1058,9 +990,7 @@ async fn tm_t29_a_b_d_h_a_shared_location_of_b_blocks_only_b() {
         let again = claude_runs_in(scenario, &host.bob, 0, &host.b_w1).await;
         close(scenario, again).await;
         scenario
-            .wait_doctor("HD11 passed", |e| {
-                entries_of(e, HD11).iter().all(|entry| entry["ok"] == true)
-            })
+            .wait_doctor("HD11 passed", |e| all_passed(e, HD11))
             .await;
     }
     let marker = scenario.dir.path.join("hook-ran");
@@ -1086,9 +1016,7 @@ async fn tm_t29_e_a_foreign_entry_stands_until_the_next_full_run() {
     let host = OrgHost::start().await;
     let scenario = &host.scenario;
     let mut b_shell = shell_runs(scenario, &host.bob).await;
-    let entry = root_file(&host.b_w1.join("from-a"), "x\n", 0o644);
-    let a = host.user_a();
-    std::os::unix::fs::chown(&entry, Some(a.uid), Some(a.gid)).expect("chown");
+    let entry = user_file(&host.b_w1.join("from-a"), "x\n", 0o644, host.user_a());
     let doctor = scenario.host_command(&["doctor"]);
     assert!(
         String::from_utf8_lossy(&doctor.stdout).contains("HD11"),
@@ -1118,9 +1046,7 @@ async fn tm_t29_e_a_foreign_entry_stands_until_the_next_full_run() {
     let doctor = scenario.host_command(&["doctor"]);
     assert!(doctor.status.code().is_some(), "{doctor:?}");
     scenario
-        .wait_doctor("HD11 passed", |e| {
-            entries_of(e, HD11).iter().all(|entry| entry["ok"] == true)
-        })
+        .wait_doctor("HD11 passed", |e| all_passed(e, HD11))
         .await;
     close(
         scenario,
@@ -1131,20 +1057,20 @@ async fn tm_t29_e_a_foreign_entry_stands_until_the_next_full_run() {
     // helper (and its threads) waits 4 s; host_service.entry_scan_timeout is
     // 2 s.
     let helper = scenario.helper_pid(1);
-    let strace = std::process::Command::new("strace")
-        .args(["-f", "-qq", "-e", "trace=getdents64", "-e"])
-        .arg("inject=getdents64:delay_enter=4s")
-        .arg("-P")
-        .arg(&host.user_b().home)
-        .args(["-o", "/dev/null", "-p", &helper.to_string()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("strace");
-    wait_traced(scenario, 1).await;
-    let restarted = scenario.host_command(&["restart"]);
-    assert!(restarted.status.success(), "{restarted:?}");
+    let home = host.user_b().home.to_str().expect("UTF-8");
+    let delayed = [
+        "-f",
+        "-qq",
+        "-e",
+        "trace=getdents64",
+        "-e",
+        "inject=getdents64:delay_enter=4s",
+        "-P",
+        home,
+    ];
+    let strace = strace(&delayed, Path::new("/dev/null"), helper);
+    wait_traced(helper).await;
+    scenario.restart();
     scenario
         .wait_doctor("entry_scan_running naming B", |e| {
             has_entry(e, HD11, "entry_scan_running", Some(&host.b))
@@ -1186,13 +1112,9 @@ const PERSONAL_CLAUDE: &str = "#!/bin/sh\nstatus() { if [ -n \"$CLAUDE_CODE_OAUT
 async fn wait_profiles(scenario: &Scenario, test: impl Fn(&[String]) -> bool) {
     let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
     loop {
-        let stored: Option<String> =
-            sqlx::query_scalar("SELECT reported_profiles FROM hosts WHERE id = $1")
-                .bind(&scenario.host_id)
-                .fetch_one(scenario.server.db().db.pool())
-                .await
-                .expect("reported_profiles");
-        let names: Vec<String> = stored
+        let names: Vec<String> = scenario
+            .reported("reported_profiles")
+            .await
             .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
             .unwrap_or_default()
             .iter()
@@ -1237,30 +1159,9 @@ fn nowhere_below(dir: &Path, needle: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tm_t25_a_personal_token_never_leaves_the_session_user() {
     let mut scenario = start_scenario(Options::default()).await;
-    // The owner declares personal with themselves as the holder.
-    let reply = scenario
-        .host_change(
-            reqwest::Method::PUT,
-            "/llm-credentials",
-            serde_json::json!({
-                "llm_credentials": "personal",
-                "credential_holder_id": scenario.owner.id(),
-            }),
-        )
-        .await;
-    assert_eq!(reply.status.as_u16(), 200, "{:?}", reply.body);
-    let user = &scenario.users[0];
-    let home = user.home.clone();
-    let workdir = folder(&scenario.dir.path.join("w0"), 0o700, Some(user));
-    let yaml = format!(
-        "  profiles:\n    - {{name: shell, display_name: Shell, kind: shell}}\n    - {{name: claude, display_name: Claude, kind: claude}}\n  claude_workdirs:\n    {}:\n      - {{path: {}, display_name: w0}}\n",
-        user.name,
-        workdir.display()
-    );
-    // The restart with the profile claude; the login's ready carries the
-    // declaration, which the service stores (D-M2-42-15).
-    scenario.reconfigure(move |config| format!("{config}{yaml}"));
-    scenario.wait_connected().await;
+    let workdir = personal_host(&mut scenario).await;
+    // The restart's login carries the declaration, which the service stores
+    // (D-M2-42-15).
     let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
     while !std::fs::read_to_string(scenario.state_dir.join("declaration.json"))
         .unwrap_or_default()
@@ -1273,19 +1174,18 @@ async fn tm_t25_a_personal_token_never_leaves_the_session_user() {
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
-    wait_profiles(&scenario, |names| names.iter().any(|n| n == "claude")).await;
     // The holder's token: in its login shell's startup file and in the
     // credentials file of its account.
     let user = &scenario.users[0];
+    let home = user.home.clone();
     let bin = folder(&home.join("bin"), 0o755, Some(user));
-    let claude = root_file(&bin.join("claude"), PERSONAL_CLAUDE, 0o755);
-    std::os::unix::fs::chown(&claude, Some(user.uid), Some(user.gid)).expect("chown");
-    let profile = root_file(
+    user_file(&bin.join("claude"), PERSONAL_CLAUDE, 0o755, user);
+    user_file(
         &home.join(".profile"),
         &format!("export PATH=\"$HOME/bin:$PATH\"\nexport CLAUDE_CODE_OAUTH_TOKEN={CANARY}\n"),
         0o644,
+        user,
     );
-    std::os::unix::fs::chown(&profile, Some(user.uid), Some(user.gid)).expect("chown");
     let out = as_user(
         user,
         &format!(
@@ -1297,33 +1197,10 @@ async fn tm_t25_a_personal_token_never_leaves_the_session_user() {
     // every byte it reads or writes (the local channel in plaintext).
     let trace = scenario.dir.path.join("trace-service");
     let service = scenario.service_pid();
-    let strace = std::process::Command::new("strace")
-        .args(["-f", "-qq", "-s", "65536", "-e"])
-        .arg("trace=%file,%desc,%net")
-        .arg("-o")
-        .arg(&trace)
-        .args(["-p", &service.to_string()])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("strace");
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while !std::fs::read_to_string(format!("/proc/{service}/status"))
-        .unwrap_or_default()
-        .lines()
-        .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "strace never attached"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    let mut device = scenario
-        .open_with_index(&scenario.owner, "claude", Some(0))
-        .await
-        .unwrap_or_else(|reply| panic!("the route refused: {:?}", reply.body));
+    let args = ["-f", "-qq", "-s", "65536", "-e", "trace=%file,%desc,%net"];
+    let strace = strace(&args, &trace, service);
+    wait_traced(service).await;
+    let mut device = opened(&scenario, &scenario.owner, "claude", Some(0)).await;
     device
         .expect_output(&format!(
             "CLAUDE-CWD=[{}] CONFIG=[unset] AUTH=[oauth_token]",
@@ -1434,22 +1311,22 @@ async fn tm_t27_hd6_asks_only_claude_bin_and_hd10_refuses_writable_programs() {
     let marker = user.home.join("own-program-ran");
     let bin = folder(&user.home.join("bin"), 0o755, Some(user));
     for program in ["claude", "node"] {
-        let path = root_file(
+        user_file(
             &bin.join(program),
             &format!(
                 "#!/bin/sh\ntouch {}\nprintf '{{\"authMethod\":\"api_key\"}}\\n'\n",
                 marker.display()
             ),
             0o755,
+            user,
         );
-        std::os::unix::fs::chown(&path, Some(user.uid), Some(user.gid)).expect("chown");
     }
-    let profile = root_file(
+    user_file(
         &user.home.join(".profile"),
         "export PATH=\"$HOME/bin:$PATH\"\nalias claude=\"$HOME/bin/claude\"\n",
         0o644,
+        user,
     );
-    std::os::unix::fs::chown(&profile, Some(user.uid), Some(user.gid)).expect("chown");
     let line = format!("  claude_bin: {}\n", claude_bin.display());
     scenario.reconfigure(move |config| format!("{config}{line}"));
     wait_refusals(&scenario, 1).await;
@@ -1458,16 +1335,9 @@ async fn tm_t27_hd6_asks_only_claude_bin_and_hd10_refuses_writable_programs() {
             has_entry(e, HD6, "subscription_login_detected", Some(&name))
         })
         .await;
+    assert!(all_passed(&entries, HD10), "{entries:?}");
     assert!(
-        entries_of(&entries, HD10).iter().all(|e| e["ok"] == true),
-        "{entries:?}"
-    );
-    assert!(
-        !scenario
-            .server
-            .state
-            .control_links()
-            .is_connected(scenario.host_uuid()),
+        !scenario.connected(),
         "no session: the host is not connected"
     );
     assert!(!marker.exists(), "the user's claude ran");
@@ -1477,13 +1347,11 @@ async fn tm_t27_hd6_asks_only_claude_bin_and_hd10_refuses_writable_programs() {
         "#!/bin/sh\nprintf '{\"authMethod\":\"api_key\"}\\n'\n",
         0o757,
     );
-    let restarted = scenario.host_command(&["restart"]);
-    assert!(restarted.status.success(), "{restarted:?}");
+    scenario.restart();
     wait_refusals(&scenario, 2).await;
     scenario
         .wait_doctor("HD10 claude_bin_untrusted", |e| {
-            has_entry(e, HD10, "claude_bin_untrusted", None)
-                && entries_of(e, HD6).iter().all(|x| x["ok"] == true)
+            has_entry(e, HD10, "claude_bin_untrusted", None) && all_passed(e, HD6)
         })
         .await;
     // A script for env node; the node of the search list (the folder of
@@ -1493,34 +1361,27 @@ async fn tm_t27_hd6_asks_only_claude_bin_and_hd10_refuses_writable_programs() {
         "#!/usr/bin/env node\nconsole.log(JSON.stringify({authMethod: 'api_key'}))\n",
         0o755,
     );
-    let node = root_file(
+    let node = user_file(
         &cb.join("node"),
         "#!/bin/sh\nexec /usr/bin/node \"$@\"\n",
         0o755,
+        &scenario.users[0],
     );
-    let user = &scenario.users[0];
-    std::os::unix::fs::chown(&node, Some(user.uid), Some(user.gid)).expect("chown");
-    let restarted = scenario.host_command(&["restart"]);
-    assert!(restarted.status.success(), "{restarted:?}");
+    scenario.restart();
     wait_refusals(&scenario, 3).await;
     let entries = scenario
         .wait_doctor("HD10 claude_bin_untrusted again", |e| {
             has_entry(e, HD10, "claude_bin_untrusted", None)
         })
         .await;
-    assert!(
-        entries_of(&entries, HD6).iter().all(|x| x["ok"] == true),
-        "{entries:?}"
-    );
+    assert!(all_passed(&entries, HD6), "{entries:?}");
     // The node in the search list is root's again: the start passes.
     std::os::unix::fs::chown(&node, Some(0), Some(0)).expect("chown");
-    let restarted = scenario.host_command(&["restart"]);
-    assert!(restarted.status.success(), "{restarted:?}");
+    scenario.restart();
     scenario.wait_connected().await;
     scenario
         .wait_doctor("HD10 and HD6 passed", |e| {
-            entries_of(e, HD10).iter().all(|x| x["ok"] == true)
-                && entries_of(e, HD6).iter().all(|x| x["ok"] == true)
+            all_passed(e, HD10) && all_passed(e, HD6)
         })
         .await;
     assert!(!marker.exists(), "the user's claude or node ran");
@@ -1536,10 +1397,7 @@ async fn tm_t29_f_a_program_writable_during_operation_ends_every_session() {
     let host = OrgHost::start().await;
     let scenario = &host.scenario;
     let tool = host.claude_bin.with_file_name("tool");
-    let mut a_tool = scenario
-        .open_with_index(&scenario.owner, "tool", None)
-        .await
-        .unwrap_or_else(|reply| panic!("the route refused: {:?}", reply.body));
+    let mut a_tool = opened(scenario, &scenario.owner, "tool", None).await;
     a_tool.expect_output("TOOL-RUNS").await;
     let mut b_shell = shell_runs(scenario, &host.bob).await;
     chmod(&tool, 0o757);
@@ -1561,9 +1419,7 @@ async fn tm_t29_f_a_program_writable_during_operation_ends_every_session() {
     chmod(&tool, 0o755);
     wait_periodic_run(scenario, &host.a).await;
     scenario
-        .wait_doctor("HD11 passed", |e| {
-            entries_of(e, HD11).iter().all(|entry| entry["ok"] == true)
-        })
+        .wait_doctor("HD11 passed", |e| all_passed(e, HD11))
         .await;
     close(scenario, shell_runs(scenario, &scenario.owner).await).await;
     close(scenario, shell_runs(scenario, &host.bob).await).await;
@@ -1641,8 +1497,7 @@ async fn tm_t24_foreign_homes_through_the_running_host() {
         },
     )
     .await;
-    let bob = invited_person(&scenario.server, &scenario.owner, "bob", "owner", 2).await;
-    scenario.assign_user(&bob, 1).await;
+    let bob = assign_bob(&scenario).await;
     let a = scenario.users[0].name.clone();
     let person = TestUser::create("p");
     let group = TestGroup::create(&[&scenario.users[0], &scenario.users[1]]);
@@ -1655,14 +1510,10 @@ async fn tm_t24_foreign_homes_through_the_running_host() {
     wait_refusals(&scenario, 1).await;
     let entries = scenario
         .wait_doctor("HD9 without a name", |e| {
-            has_entry(e, "hd9_foreign_homes", "foreign_home_listable", None)
+            has_entry(e, HD9, "foreign_home_listable", None)
         })
         .await;
-    assert_eq!(
-        entries_of(&entries, "hd9_foreign_homes").len(),
-        1,
-        "{entries:?}"
-    );
+    assert_eq!(entries_of(&entries, HD9).len(), 1, "{entries:?}");
     let doctor = scenario.host_command(&["doctor"]);
     let text = String::from_utf8_lossy(&doctor.stdout).into_owned();
     assert!(!doctor.status.success(), "{text}");
@@ -1673,15 +1524,10 @@ async fn tm_t24_foreign_homes_through_the_running_host() {
     chmod(&person.home, 0o700);
     let doctor = scenario.host_command(&["doctor"]);
     assert!(doctor.status.success(), "{doctor:?}");
-    let restarted = scenario.host_command(&["restart"]);
-    assert!(restarted.status.success(), "{restarted:?}");
+    scenario.restart();
     scenario.wait_connected().await;
     scenario
-        .wait_doctor("HD9 passed", |e| {
-            entries_of(e, "hd9_foreign_homes")
-                .iter()
-                .all(|x| x["ok"] == true)
-        })
+        .wait_doctor("HD9 passed", |e| all_passed(e, HD9))
         .await;
     // 2. A opens its home to B from its own session.
     let mut a_shell = shell_runs(&scenario, &scenario.owner).await;
@@ -1715,8 +1561,7 @@ async fn tm_t24_foreign_homes_through_the_running_host() {
             .expect("the long-running process")
     };
     // 3. The restart: the host starts, HD9 passes, HD11 still names A.
-    let restarted = scenario.host_command(&["restart"]);
-    assert!(restarted.status.success(), "{restarted:?}");
+    scenario.restart();
     scenario.wait_connected().await;
     assert_eq!(
         scenario.closed(b_shell.session_id).await.0,
@@ -1724,15 +1569,12 @@ async fn tm_t24_foreign_homes_through_the_running_host() {
     );
     let entries = scenario
         .wait_doctor("HD9 passed, HD11 naming A", |e| {
-            entries_of(e, "hd9_foreign_homes")
-                .iter()
-                .all(|x| x["ok"] == true)
-                && has_entry(e, HD11, "shared_location", Some(&a))
+            all_passed(e, HD9) && has_entry(e, HD11, "shared_location", Some(&a))
         })
         .await;
     assert_eq!(entries_of(&entries, HD11).len(), 1, "{entries:?}");
     // 4. session-user remove A: its home is closed, the start passes HD9.
-    let removed = session_user(&scenario, &["remove", &a]);
+    let removed = scenario.session_user(&["remove", &a]);
     assert_eq!(removed.status.code(), Some(0), "{removed:?}");
     {
         use std::os::unix::fs::MetadataExt;
@@ -1741,10 +1583,7 @@ async fn tm_t24_foreign_homes_through_the_running_host() {
     }
     scenario
         .wait_doctor("HD9 and HD11 passed without A", |e| {
-            entries_of(e, "hd9_foreign_homes")
-                .iter()
-                .all(|x| x["ok"] == true)
-                && entries_of(e, HD11).iter().all(|x| x["ok"] == true)
+            all_passed(e, HD9) && all_passed(e, HD11)
         })
         .await;
     scenario.wait_connected().await;
@@ -1763,11 +1602,11 @@ async fn tm_t24_foreign_homes_through_the_running_host() {
     wait_refusals(&scenario, refusals + 1).await;
     let entries = scenario
         .wait_doctor("HD9 naming A", |e| {
-            has_entry(e, "hd9_foreign_homes", "foreign_home_listable", Some(&a))
+            has_entry(e, HD9, "foreign_home_listable", Some(&a))
         })
         .await;
     assert!(
-        !entries_of(&entries, "hd9_foreign_homes")
+        !entries_of(&entries, HD9)
             .iter()
             .any(|e| e["session_user"] == person.name.as_str()),
         "{entries:?}"
@@ -1792,15 +1631,10 @@ async fn tm_t24_foreign_homes_through_the_running_host() {
         .output();
     // Its UID may go to another test's new account: no drop of A after this.
     std::mem::forget(user_a);
-    let restarted = scenario.host_command(&["restart"]);
-    assert!(restarted.status.success(), "{restarted:?}");
+    scenario.restart();
     scenario.wait_connected().await;
     scenario
-        .wait_doctor("HD9 passed", |e| {
-            entries_of(e, "hd9_foreign_homes")
-                .iter()
-                .all(|x| x["ok"] == true)
-        })
+        .wait_doctor("HD9 passed", |e| all_passed(e, HD9))
         .await;
     close(&scenario, shell_runs(&scenario, &bob).await).await;
     drop(group);
@@ -1849,8 +1683,7 @@ async fn tm_t29_k_claude_config_dir_of_the_holder_must_lie_in_the_home() {
     let user = &scenario.users[0];
     let home = user.home.clone();
     let bin = folder(&home.join("bin"), 0o755, Some(user));
-    let claude = root_file(&bin.join("claude"), PERSONAL_CLAUDE, 0o755);
-    std::os::unix::fs::chown(&claude, Some(user.uid), Some(user.gid)).expect("chown");
+    user_file(&bin.join("claude"), PERSONAL_CLAUDE, 0o755, user);
     let outside = folder(&scenario.dir.path.join("outside"), 0o700, Some(user));
     let inside = folder(&home.join("cfg"), 0o700, Some(user));
     let out = as_user(
@@ -1862,12 +1695,12 @@ async fn tm_t29_k_claude_config_dir_of_the_holder_must_lie_in_the_home() {
     );
     assert!(out.status.success(), "{out:?}");
     let set = |value: &str| {
-        let profile = root_file(
+        user_file(
             &home.join(".profile"),
             &format!("export PATH=\"$HOME/bin:$PATH\"\nexport CLAUDE_CONFIG_DIR={value}\n"),
             0o644,
+            user,
         );
-        std::os::unix::fs::chown(&profile, Some(user.uid), Some(user.gid)).expect("chown");
     };
     for value in [
         outside.display().to_string(),
@@ -1886,10 +1719,7 @@ async fn tm_t29_k_claude_config_dir_of_the_holder_must_lie_in_the_home() {
         close(&scenario, shell_runs(&scenario, &scenario.owner).await).await;
     }
     set(&inside.display().to_string());
-    let mut device = scenario
-        .open_with_index(&scenario.owner, "claude", Some(0))
-        .await
-        .unwrap_or_else(|reply| panic!("the route refused: {:?}", reply.body));
+    let mut device = opened(&scenario, &scenario.owner, "claude", Some(0)).await;
     device
         .expect_output(&format!(
             "CLAUDE-CWD=[{}] CONFIG=[{}]",
@@ -1921,15 +1751,14 @@ async fn tm_t29_l_only_the_resolved_claude_bin_ever_starts() {
     let b = &host.scenario.users[1];
     let bin = folder(&b.home.join("bin"), 0o755, Some(b));
     for name in ["claude", "bothy-test-interp"] {
-        let path = root_file(&bin.join(name), &other, 0o755);
-        std::os::unix::fs::chown(&path, Some(b.uid), Some(b.gid)).expect("chown");
+        user_file(&bin.join(name), &other, 0o755, b);
     }
-    let profile = root_file(
+    user_file(
         &b.home.join(".profile"),
         "export PATH=\"$HOME/bin:$PATH\"\n",
         0o644,
+        b,
     );
-    std::os::unix::fs::chown(&profile, Some(b.uid), Some(b.gid)).expect("chown");
     // The service's PATH: a claude in /usr/local/bin is not created (a
     // folder of every other scenario too); the configured path is absolute,
     // so no PATH is searched at all.
@@ -1959,12 +1788,7 @@ async fn tm_t29_l_only_the_resolved_claude_bin_ever_starts() {
     let hd6 = entries_of(&entries, HD6);
     assert_eq!(hd6[0]["ok"], true, "{entries:?}");
     assert_eq!(hd6[0]["code"], "auth_status_unchecked", "{entries:?}");
-    let refused = scenario
-        .open_with_index(&host.bob, "claude", Some(0))
-        .await
-        .err()
-        .expect("refused");
-    assert_refusal(&refused, 403, "terminal_denied", "profile_unknown");
+    claude_profile_unknown(scenario, &host.bob, 0).await;
     close(scenario, shell_runs(scenario, &host.bob).await).await;
     assert!(
         !marker.exists(),
@@ -1975,13 +1799,12 @@ async fn tm_t29_l_only_the_resolved_claude_bin_ever_starts() {
 /// The display names of `user`'s working directories in the session users
 /// the server stored from the host's report (`reported_session_users`).
 async fn reported_list(scenario: &Scenario, user: &str) -> Vec<String> {
-    let stored: String =
-        sqlx::query_scalar("SELECT reported_session_users FROM hosts WHERE id = $1")
-            .bind(&scenario.host_id)
-            .fetch_one(scenario.server.db().db.pool())
-            .await
-            .expect("reported_session_users");
-    let users: Value = serde_json::from_str(&stored).expect("JSON");
+    workdir_names(&scenario.reported_session_users().await, user)
+}
+
+/// The display names of `user`'s working directories in `users` (reported
+/// session users).
+fn workdir_names(users: &Value, user: &str) -> Vec<String> {
     users
         .as_array()
         .expect("list")
@@ -2015,19 +1838,9 @@ async fn tm_t29_j_a_link_of_root_into_a_folder_of_a_blocks_only_b() {
     });
     let scenario = &host.scenario;
     scenario.wait_connected().await;
-    let entries = scenario
-        .wait_doctor("HD11 naming B", |e| {
-            has_entry(e, HD11, "shared_location", Some(&host.b))
-        })
-        .await;
-    assert!(
-        entries_of(&entries, HD11)
-            .iter()
-            .all(|e| e["session_user"] == host.b.as_str()),
-        "only B is named: {entries:?}"
-    );
+    wait_naming_only(scenario, "HD11 naming B", HD11, "shared_location", &host.b).await;
     let (trace, strace) = trace_helper(scenario, 1, "b");
-    wait_traced(scenario, 1).await;
+    wait_traced(scenario.helper_pid(1)).await;
     open_fails(scenario, &host.bob, "claude", Some(0), "shared_location").await;
     open_fails(scenario, &host.bob, "shell", None, "shared_location").await;
     let execs = traced_execs(&trace, strace);

@@ -19,42 +19,14 @@ mod e2e_common;
 
 use std::process::Command;
 
-use bothy_noise::{EphemeralKey, Initiator};
+use bothy_noise::EphemeralKey;
 use bothy_proto::frame::{Frame, TerminalSize};
 use bothy_proto::jws::{Att, Ed25519SigningKey, TerminalSessionClaims, ephemeral_key_hash};
 use bothy_server::db::Engine;
-use e2e_common::{DeviceSession, Options, Received, Scenario, refused};
+use e2e_common::{DeviceSession, Options, Scenario, refused};
 use hosts_common::{Person, invited_person};
 use identity_common::post_empty;
 use serde_json::json;
-
-/// The row of a session in the server's database: state and close_reason.
-async fn session_row(scenario: &Scenario, session_id: uuid::Uuid) -> (String, Option<String>) {
-    let row: (String, Option<String>) =
-        sqlx::query_as("SELECT state, close_reason FROM terminal_sessions WHERE id = $1")
-            .bind(session_id.to_string())
-            .fetch_one(scenario.server.db().db.pool())
-            .await
-            .expect("the session row");
-    row
-}
-
-/// Waits (bounded) until the session row is closed; its close_reason.
-async fn closed_reason(scenario: &Scenario, session_id: uuid::Uuid) -> String {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    loop {
-        let (state, reason) = session_row(scenario, session_id).await;
-        if state == "closed" {
-            return reason.expect("a closed session has a reason");
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the session never closed (state {state}); host log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
 
 /// A shell runs as the session user of the person; `exit 3` gives the exit
 /// frame 3 and the session ends process_exited.
@@ -77,10 +49,7 @@ async fn a_shell_runs_as_the_session_user_and_its_exit_code_arrives() {
     assert_eq!(device.expect_exit().await, 3);
     let (code, reason) = device.expect_close().await;
     assert_eq!((code, reason.as_str()), (4100, "process_exited"));
-    assert_eq!(
-        closed_reason(&scenario, device.session_id).await,
-        "process_exited"
-    );
+    assert_eq!(scenario.closed(device.session_id).await.0, "process_exited");
     assert!(
         !scenario.log().contains("CANARY-7f3a9"),
         "the canary is in the host log"
@@ -134,15 +103,7 @@ async fn reattach_replays_the_scrollback_even_after_it_wrapped() {
     drop(device);
     scenario.wait_state(session_id, "detached").await;
     let mut again = scenario.attach(&scenario.owner, session_id, size()).await;
-    assert_eq!(again.recv().await, Received::ReplayBegin);
-    let mut replay = Vec::new();
-    loop {
-        match again.recv().await {
-            Received::Data(bytes) => replay.extend_from_slice(&bytes),
-            Received::ReplayEnd => break,
-            other => panic!("unexpected {other:?} in the replay"),
-        }
-    }
+    let replay = again.expect_replay().await;
     let text = String::from_utf8_lossy(&replay);
     assert!(replay.len() <= 4096, "at most the buffer: {}", replay.len());
     assert!(
@@ -175,14 +136,7 @@ async fn another_attach_replaces_the_paired_device_with_4103_and_the_session_is_
         first.expect_close().await,
         (4103, "terminal_replaced".to_owned())
     );
-    assert_eq!(second.recv().await, Received::ReplayBegin);
-    loop {
-        match second.recv().await {
-            Received::Data(_) => {}
-            Received::ReplayEnd => break,
-            other => panic!("unexpected {other:?} in the replay"),
-        }
-    }
+    second.expect_replay().await;
     second.output.clear();
     second.type_text("echo TW\"\"O\n").await;
     second.expect_output("TWO").await;
@@ -253,18 +207,11 @@ async fn tm_t04_forged_tokens_are_token_invalid_and_start_no_pty() {
     let host_id = scenario.host_uuid();
     // 1. The right token, message 1 with another ephemeral key.
     let (grant, _key) = scenario.open_raw(&scenario.owner, "shell").await;
-    let mut ws = scenario
-        .device_stream(&scenario.owner, grant.session_id)
-        .await;
     let other = EphemeralKey::generate().expect("key");
-    let mut initiator =
-        Initiator::with_ephemeral(grant.session_id, host_id, &grant.noise_public_key, other)
-            .expect("initiator");
-    let message1 = initiator
-        .write_message1(grant.token.as_bytes())
-        .expect("m1");
     assert_eq!(
-        refused(&mut ws, message1).await,
+        scenario
+            .refused_message1(&scenario.owner, &grant, other, &grant.token)
+            .await,
         (4104, "token_invalid".to_owned())
     );
     assert_eq!(
@@ -273,9 +220,6 @@ async fn tm_t04_forged_tokens_are_token_invalid_and_start_no_pty() {
     );
     // 2. A token signed by a key the server never published (foreign kid).
     let (grant, key) = scenario.open_raw(&scenario.owner, "shell").await;
-    let mut ws = scenario
-        .device_stream(&scenario.owner, grant.session_id)
-        .await;
     let foreign = Ed25519SigningKey::generate().expect("key");
     let forged = TerminalSessionClaims {
         iss: "forged".into(),
@@ -294,32 +238,19 @@ async fn tm_t04_forged_tokens_are_token_invalid_and_start_no_pty() {
         att: Att::Open,
     }
     .sign(&foreign);
-    let mut initiator =
-        Initiator::with_ephemeral(grant.session_id, host_id, &grant.noise_public_key, key)
-            .expect("initiator");
-    let message1 = initiator.write_message1(forged.as_bytes()).expect("m1");
     assert_eq!(
-        refused(&mut ws, message1).await,
+        scenario
+            .refused_message1(&scenario.owner, &grant, key, &forged)
+            .await,
         (4104, "token_invalid".to_owned())
     );
     // 3. The token of another session on this session's stream (sid).
     let (first, first_key) = scenario.open_raw(&scenario.owner, "shell").await;
     let (second, _) = scenario.open_raw(&scenario.owner, "shell").await;
-    let mut ws = scenario
-        .device_stream(&scenario.owner, second.session_id)
-        .await;
-    let mut initiator = Initiator::with_ephemeral(
-        second.session_id,
-        host_id,
-        &second.noise_public_key,
-        first_key,
-    )
-    .expect("initiator");
-    let message1 = initiator
-        .write_message1(first.token.as_bytes())
-        .expect("m1");
     assert_eq!(
-        refused(&mut ws, message1).await,
+        scenario
+            .refused_message1(&scenario.owner, &second, first_key, &first.token)
+            .await,
         (4104, "token_invalid".to_owned())
     );
     assert!(scenario.session_processes(0).is_empty(), "no PTY started");
@@ -337,14 +268,11 @@ async fn tm_t05_without_start_no_pty_starts() {
         },
     )
     .await;
-    let host_id = scenario.host_uuid();
     let (grant, key) = scenario.open_raw(&scenario.owner, "shell").await;
     let mut ws = scenario
         .device_stream(&scenario.owner, grant.session_id)
         .await;
-    let mut initiator =
-        Initiator::with_ephemeral(grant.session_id, host_id, &grant.noise_public_key, key)
-            .expect("initiator");
+    let mut initiator = grant.initiator(scenario.host_uuid(), key);
     let message1 = initiator
         .write_message1(grant.token.as_bytes())
         .expect("m1");
@@ -410,7 +338,7 @@ async fn tm_t10_revocations_end_the_pty_and_its_background_processes() {
     // A second owner with the second session user (the server host admits
     // only owners, SR10).
     let mut alice = invited_person(server, &scenario.owner, "alice", "owner", 2).await;
-    assign(&scenario, &alice, 1).await;
+    scenario.assign_user(&alice, 1).await;
     // logout
     revoked(&scenario, &alice, 1, "logout", |_| async {
         let reply = post_empty(server, "/api/v1/auth/logout", alice.token()).await;
@@ -468,7 +396,8 @@ async fn tm_t10_revocations_end_the_pty_and_its_background_processes() {
         let disabled = bothy_server::identity::admin::disable(
             server.state.db(),
             bothy_server::clock::Clock::now_ms(&*server.clock),
-            "alice",
+            bothy_server::identity::admin::PersonRef::Username("alice"),
+            bothy_server::identity::admin::RoleAuthority::Operator,
         )
         .await
         .expect("disabled");
@@ -477,7 +406,7 @@ async fn tm_t10_revocations_end_the_pty_and_its_background_processes() {
     .await;
     // the assignment of the session user ended (SR12)
     revoked(&scenario, &scenario.owner, 0, "access_revoked", |_| async {
-        end_assignment(&scenario, scenario.owner.id()).await;
+        scenario.end_assignment_of(&scenario.owner).await;
     })
     .await;
 }
@@ -493,7 +422,7 @@ async fn tm_t10_disabling_the_host_ends_the_pty_and_its_background_processes() {
     })
     .await;
     // The control connection closes with 4111 right after the ends (bounded wait).
-    wait_log(&scenario, "close_code=4111").await;
+    scenario.wait_log("close_code=4111").await;
     set_state(&scenario, "active").await;
     scenario.wait_connected().await;
     let mut device = scenario.open_shell().await;
@@ -510,7 +439,7 @@ async fn tm_t10_re_pairing_ends_the_sessions_and_stops_the_service() {
         hosts_common::new_pairing_code(&scenario.server, &scenario.owner, &scenario.host_id).await;
     })
     .await;
-    wait_log(&scenario, "status=78").await;
+    scenario.wait_log("status=78").await;
     assert!(
         scenario.log().contains("not restarted"),
         "{}",
@@ -540,17 +469,6 @@ async fn set_role(scenario: &Scenario, person: &Person, role: &str) {
     assert!(reply.status.is_success(), "role {role}: {:?}", reply.body);
 }
 
-/// updateHost `end_session_users` for `person_id` by the first owner.
-async fn end_assignment(scenario: &Scenario, person_id: &str) {
-    host_change(
-        scenario,
-        reqwest::Method::PATCH,
-        "",
-        json!({"end_session_users": [person_id]}),
-    )
-    .await;
-}
-
 /// A host change by the first owner ([`Scenario::host_change`]) that must
 /// succeed.
 async fn host_change(
@@ -567,18 +485,6 @@ async fn host_change(
         "{path} {shown}: {:?}",
         reply.body
     );
-}
-
-/// Gives `person` the session user `index` (the owner keeps the first).
-async fn assign(scenario: &Scenario, person: &Person, index: usize) {
-    let users = json!([{"user_id": person.id(), "os_user": scenario.users[index].name}]);
-    host_change(
-        scenario,
-        reqwest::Method::PATCH,
-        "",
-        json!({"assign_session_users": users}),
-    )
-    .await;
 }
 
 /// updateHost `state` by the owner.
@@ -600,17 +506,7 @@ async fn tm_t16_a_restart_of_the_host_service_ends_its_sessions() {
     let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
     let mut device = scenario.open_shell().await;
     start_background(&mut device).await;
-    let restarted = Command::new(e2e_common::bothy_host())
-        .arg("--config")
-        .arg(&scenario.config_path)
-        .arg("restart")
-        .output()
-        .expect("bothy-host restart runs");
-    assert!(
-        restarted.status.success(),
-        "restart: {}",
-        String::from_utf8_lossy(&restarted.stderr)
-    );
+    scenario.restart();
     assert_eq!(scenario.closed(device.session_id).await.0, "host_restarted");
     scenario.wait_no_session_processes(0).await;
     let step_up_id = hosts_common::step_up(&scenario.server, &scenario.owner).await;
@@ -672,19 +568,10 @@ async fn tm_t28_c_a_session_user_bound_to_another_person_is_refused() {
         .await
         .expect("assignment moved in the database");
     let (grant, key) = scenario.open_raw(&other, "shell").await;
-    let mut ws = scenario.device_stream(&other, grant.session_id).await;
-    let mut initiator = Initiator::with_ephemeral(
-        grant.session_id,
-        scenario.host_uuid(),
-        &grant.noise_public_key,
-        key,
-    )
-    .expect("initiator");
-    let message1 = initiator
-        .write_message1(grant.token.as_bytes())
-        .expect("m1");
     assert_eq!(
-        refused(&mut ws, message1).await,
+        scenario
+            .refused_message1(&other, &grant, key, &grant.token)
+            .await,
         (4104, "session_user_mismatch".to_owned())
     );
     assert!(scenario.session_processes(0).is_empty(), "no PTY started");
@@ -817,7 +704,7 @@ async fn doctor_through_the_running_service() {
     assert!(!refused.status.success(), "doctor fails: {text}");
     assert!(text.contains("state_dir_mode"), "{text}");
     scenario.wait_no_session_processes(0).await;
-    wait_log(&scenario, "status=78").await;
+    scenario.wait_log("status=78").await;
     assert!(
         scenario.log().contains("not restarted"),
         "{}",
@@ -844,75 +731,25 @@ async fn a_refused_start_reports_once_exits_78_and_waits_for_restart() {
     )
     .expect("chmod");
     scenario.start_service();
-    wait_log(&scenario, "status=78").await;
-    let log = scenario.log();
-    assert!(log.contains("not restarted"), "{log}");
-    assert_eq!(
-        log.matches("doctor refuses the start;").count(),
-        1,
-        "one refusal, one report, no restart: {log}"
-    );
+    scenario.wait_refused_start().await;
     wait_reported(&scenario, "state_dir_mode").await;
-    assert!(
-        !scenario
-            .server
-            .state
-            .control_links()
-            .is_connected(scenario.host_uuid()),
-        "a refused start accepts no session"
-    );
+    assert!(!scenario.connected(), "a refused start accepts no session");
     // Fixed, then bothy-host restart: the service runs again.
     std::fs::set_permissions(
         &state_dir,
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
     )
     .expect("chmod");
-    let restarted = Command::new(e2e_common::bothy_host())
-        .arg("--config")
-        .arg(&scenario.config_path)
-        .arg("restart")
-        .output()
-        .expect("bothy-host restart runs");
-    assert!(
-        restarted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&restarted.stderr)
-    );
+    scenario.restart();
     scenario.wait_connected().await;
 }
 
 /// Waits (bounded) until the server stored a report whose doctor entries
-/// contain `code`; the stored entries.
-async fn wait_reported(scenario: &Scenario, code: &str) -> String {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    loop {
-        let reported: Option<String> =
-            sqlx::query_scalar("SELECT reported_doctor FROM hosts WHERE id = $1")
-                .bind(&scenario.host_id)
-                .fetch_one(scenario.server.db().db.pool())
-                .await
-                .expect("reported_doctor");
-        if let Some(reported) = reported.filter(|r| r.contains(code)) {
-            return reported;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no report with {code}; host log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits (bounded) until the host's log contains `needle`.
-async fn wait_log(scenario: &Scenario, needle: &str) {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while !scenario.log().contains(needle) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{needle} never appeared in the host log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+/// contain `code` ([`Scenario::wait_doctor`]).
+async fn wait_reported(scenario: &Scenario, code: &str) {
+    scenario
+        .wait_doctor(code, |entries| {
+            serde_json::to_string(entries).expect("JSON").contains(code)
+        })
+        .await;
 }

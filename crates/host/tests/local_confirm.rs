@@ -419,17 +419,7 @@ async fn local_confirmation_allows_denies_and_times_out_openings_and_attaches() 
     // A restart of the service: the agents connect again by themselves.
     drop(slow);
     let connected = log_lines(&scenario, &["confirm_agent_connected"]);
-    let restarted = Command::new(bothy_host())
-        .arg("--config")
-        .arg(&scenario.config_path)
-        .arg("restart")
-        .output()
-        .expect("bothy-host restart runs");
-    assert!(
-        restarted.status.success(),
-        "restart: {}",
-        String::from_utf8_lossy(&restarted.stderr)
-    );
+    scenario.restart();
     scenario.wait_connected().await;
     wait_lines(&scenario, &["confirm_agent_connected"], connected + 1).await;
     agent.answer("yes");

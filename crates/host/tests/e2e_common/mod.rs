@@ -21,7 +21,7 @@
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,15 +45,15 @@ use crate::terminal_common::device;
 use crate::terminal_common::host_data::{Frame as WsFrame, next_frame};
 use crate::users::TestUser;
 
+#[path = "../support/machine.rs"]
+mod machine;
+pub use machine::{ScenarioDir, bothy_host, close_foreign_homes};
+
 /// The configuration every scenario server gets on top of the defaults.
 /// The heartbeat interval is an hour because every TOTP step-up moves the
 /// server's clock ahead by a step: with the default the server would count the
 /// jumps as missed heartbeats (4009). Heartbeats are the server tests' subject.
 pub const SERVER_YAML: &str = "auth:\n  clock_leeway: 1h\nrl:\n  public_auth: {burst: 1000, refill_per_minute: 1000}\n  terminal: {burst: 1000, refill_per_minute: 1000}\n  host: {burst: 1000, refill_per_minute: 1000}\nterminal:\n  host_heartbeat_interval: 1h\n";
-
-/// Where scenario folders live: a chain of folders of root, writable by no one
-/// else (HD10 and HD11 check the folders of the configuration file).
-pub const SCENARIO_BASE: &str = "/var/lib/bothy-tests";
 
 /// The safety net of every wait for the host service.
 pub const WAIT: Duration = Duration::from_secs(60);
@@ -63,64 +63,6 @@ pub fn real_now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// A folder for one scenario under [`SCENARIO_BASE`], mode 0755, removed on drop.
-#[derive(Debug)]
-pub struct ScenarioDir {
-    pub path: PathBuf,
-}
-
-impl ScenarioDir {
-    pub fn new() -> ScenarioDir {
-        fs::create_dir_all(SCENARIO_BASE).expect("scenario base");
-        fs::set_permissions(SCENARIO_BASE, fs::Permissions::from_mode(0o755)).expect("chmod");
-        let mut random = [0u8; 6];
-        getrandom::fill(&mut random).expect("random");
-        let name: String = random.iter().map(|b| format!("{b:02x}")).collect();
-        let path = Path::new(SCENARIO_BASE).join(name);
-        fs::create_dir(&path).expect("scenario folder");
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).expect("chmod");
-        ScenarioDir { path }
-    }
-}
-
-impl Drop for ScenarioDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.path);
-    }
-}
-
-/// The path of the `bothy-host` binary under test: Cargo's for the tests of
-/// bothy-host; for the tests of another package (the `bothy` client's), the
-/// one in the same target folder as the test binary, which `cargo test
-/// --workspace` builds (docs/decisions.md D-224).
-pub fn bothy_host() -> &'static str {
-    match option_env!("CARGO_BIN_EXE_bothy-host") {
-        Some(path) => path,
-        None => bothy_host_beside_the_test(),
-    }
-}
-
-/// `<target>/<profile>/bothy-host` beside `<target>/<profile>/deps/<test>`.
-fn bothy_host_beside_the_test() -> &'static str {
-    static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PATH.get_or_init(|| {
-        let test = std::env::current_exe().expect("the test binary's path");
-        let profile_dir = test
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary lives in <target>/<profile>/deps");
-        let path = profile_dir.join("bothy-host");
-        assert!(
-            path.is_file(),
-            "{} is missing: build it first with `cargo build -p bothy-host --features \
-             test-seams`, or run the tests with `cargo test --workspace --features \
-             bothy-host/test-seams,bothy/test-seams`",
-            path.display()
-        );
-        path.display().to_string()
-    })
 }
 
 /// The options of a scenario.
@@ -179,33 +121,6 @@ impl std::fmt::Debug for Scenario {
         f.debug_struct("Scenario")
             .field("host_id", &self.host_id)
             .finish_non_exhaustive()
-    }
-}
-
-/// HD9 refuses the start while a session user can list the home of another
-/// person account (UID_MIN..UID_MAX), and images of this machine kind carry
-/// one with a home of mode 0755. The harness does what the operator of such a
-/// host would do before installing: it closes those homes (idempotent; the
-/// test users' own homes are 0700 already).
-pub fn close_foreign_homes() {
-    let passwd = fs::read_to_string("/etc/passwd").unwrap_or_default();
-    for line in passwd.lines() {
-        let fields: Vec<&str> = line.split(':').collect();
-        let (Some(uid), Some(home)) = (fields.get(2), fields.get(5)) else {
-            continue;
-        };
-        let Ok(uid) = uid.parse::<u32>() else {
-            continue;
-        };
-        if !(1000..=60000).contains(&uid) || home.is_empty() || *home == "/" {
-            continue;
-        }
-        if let Ok(meta) = fs::metadata(home) {
-            if meta.is_dir() && meta.permissions().mode() & 0o055 != 0 {
-                let mode = meta.permissions().mode() & 0o700;
-                let _ = fs::set_permissions(home, fs::Permissions::from_mode(mode));
-            }
-        }
     }
 }
 
@@ -376,11 +291,18 @@ impl Scenario {
         Uuid::parse_str(&self.host_id).expect("host ID")
     }
 
+    /// Whether the server counts the host as connected now.
+    pub fn connected(&self) -> bool {
+        self.server
+            .state
+            .control_links()
+            .is_connected(self.host_uuid())
+    }
+
     /// Waits until the server counts the host as connected (a report applied).
     pub async fn wait_connected(&self) {
-        let host = self.host_uuid();
         let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.server.state.control_links().is_connected(host) {
+        while !self.connected() {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "the host service never connected; its log:\n{}",
@@ -397,18 +319,33 @@ impl Scenario {
 
     /// Opens a session of `profile` as `person` with a fresh step-up; the reply.
     pub async fn open_reply(&self, person: &Person, profile: &str, cek: &[u8; 32]) -> Reply {
+        self.open_reply_with_index(person, profile, None, cek).await
+    }
+
+    /// [`Scenario::open_reply`] with `workdir_index` when given.
+    pub async fn open_reply_with_index(
+        &self,
+        person: &Person,
+        profile: &str,
+        workdir_index: Option<u32>,
+        cek: &[u8; 32],
+    ) -> Reply {
         let step_up_id = step_up(&self.server, person).await;
+        let mut body = json!({
+            "profile": profile,
+            "columns": 100,
+            "rows": 30,
+            "client_ephemeral_key_hash": b64::encode(cek),
+            "step_up_id": step_up_id,
+        });
+        if let Some(index) = workdir_index {
+            body["workdir_index"] = json!(index);
+        }
         post(
             &self.server,
             &format!("/api/v1/hosts/{}/terminal/sessions", self.host_id),
             Some(person.token()),
-            json!({
-                "profile": profile,
-                "columns": 100,
-                "rows": 30,
-                "client_ephemeral_key_hash": b64::encode(cek),
-                "step_up_id": step_up_id,
-            }),
+            body,
         )
         .await
     }
@@ -496,7 +433,6 @@ impl Scenario {
         out
     }
 
-    /// Waits (bounded) until session user `index` runs nothing but its helper.
     /// Waits until at least `count` processes of session user `index` run.
     pub async fn wait_session_processes(&self, index: usize, count: usize) {
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -513,6 +449,7 @@ impl Scenario {
         }
     }
 
+    /// Waits (bounded) until session user `index` runs nothing but its helper.
     pub async fn wait_no_session_processes(&self, index: usize) {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
@@ -566,9 +503,21 @@ impl Scenario {
     /// An opening by `person` without a handshake: the answer of the route and
     /// the ephemeral key whose hash it carries.
     pub async fn open_raw(&self, person: &Person, profile: &str) -> (RawGrant, EphemeralKey) {
+        self.open_raw_with_index(person, profile, None).await
+    }
+
+    /// [`Scenario::open_raw`] with `workdir_index` when given.
+    pub async fn open_raw_with_index(
+        &self,
+        person: &Person,
+        profile: &str,
+        workdir_index: Option<u32>,
+    ) -> (RawGrant, EphemeralKey) {
         let ephemeral = EphemeralKey::generate().expect("ephemeral key");
         let cek = ephemeral_key_hash(&ephemeral.public());
-        let reply = self.open_reply(person, profile, &cek).await;
+        let reply = self
+            .open_reply_with_index(person, profile, workdir_index, &cek)
+            .await;
         assert_eq!(
             reply.status,
             201,
@@ -606,13 +555,7 @@ impl Scenario {
         size: TerminalSize,
     ) -> DeviceSession {
         let (grant, ephemeral) = self.attach_raw(person, session_id).await;
-        let initiator = Initiator::with_ephemeral(
-            session_id,
-            self.host_uuid(),
-            &grant.noise_public_key,
-            ephemeral,
-        )
-        .expect("initiator");
+        let initiator = grant.initiator(self.host_uuid(), ephemeral);
         let mut device =
             DeviceSession::connect(self, person, session_id, initiator, &grant.token).await;
         device.start(size).await;
@@ -622,6 +565,24 @@ impl Scenario {
     /// A device stream of `session_id` after `ready`, before message 1.
     pub async fn device_stream(&self, person: &Person, session_id: Uuid) -> Ws {
         device::login(&self.server, session_id, person.token()).await
+    }
+
+    /// Message 1 of the handshake with `grant`'s host key and `key`,
+    /// carrying `token`, sent as `person` on a new device stream of `grant`'s
+    /// session; how the host refuses it (close code and text, [`refused`]).
+    pub async fn refused_message1(
+        &self,
+        person: &Person,
+        grant: &RawGrant,
+        key: EphemeralKey,
+        token: &str,
+    ) -> (u16, String) {
+        let mut ws = self.device_stream(person, grant.session_id).await;
+        let message1 = grant
+            .initiator(self.host_uuid(), key)
+            .write_message1(token.as_bytes())
+            .expect("m1");
+        refused(&mut ws, message1).await
     }
 }
 
@@ -644,6 +605,13 @@ impl RawGrant {
             )
             .expect("32 bytes"),
         }
+    }
+
+    /// The initiator of a handshake with the host `host` for this grant,
+    /// with `key` as the device's ephemeral key.
+    pub fn initiator(&self, host: Uuid, key: EphemeralKey) -> Initiator {
+        Initiator::with_ephemeral(self.session_id, host, &self.noise_public_key, key)
+            .expect("initiator")
     }
 }
 
@@ -774,6 +742,20 @@ impl DeviceSession {
         }
     }
 
+    /// Reads replay_begin, the replayed output and replay_end (6.2); the
+    /// replayed bytes.
+    pub async fn expect_replay(&mut self) -> Vec<u8> {
+        assert_eq!(self.recv().await, Received::ReplayBegin);
+        let mut replay = Vec::new();
+        loop {
+            match self.recv().await {
+                Received::Data(bytes) => replay.extend_from_slice(&bytes),
+                Received::ReplayEnd => return replay,
+                other => panic!("unexpected {other:?} in the replay"),
+            }
+        }
+    }
+
     /// Reads until the exit frame; its code.
     pub async fn expect_exit(&mut self) -> i32 {
         loop {
@@ -810,17 +792,44 @@ impl Scenario {
         }
     }
 
+    /// Waits until supervise logs the service's exit 78 (a refused start),
+    /// and asserts that it did not restart the service and that the doctor
+    /// refused exactly one start.
+    pub async fn wait_refused_start(&self) {
+        self.wait_log("status=78").await;
+        let log = self.log();
+        assert!(log.contains("not restarted"), "{log}");
+        assert_eq!(
+            log.matches("doctor refuses the start;").count(),
+            1,
+            "exactly one refused start, one report, no restart: {log}"
+        );
+    }
+
     /// The doctor entries the server stored for the host (`reported_doctor`).
     pub async fn reported_doctor(&self) -> Vec<Value> {
-        let stored: Option<String> =
-            sqlx::query_scalar("SELECT reported_doctor FROM hosts WHERE id = $1")
-                .bind(&self.host_id)
-                .fetch_one(self.server.db().db.pool())
-                .await
-                .expect("reported_doctor");
-        stored
+        self.reported("reported_doctor")
+            .await
             .map(|text| serde_json::from_str::<Vec<Value>>(&text).expect("doctor entries"))
             .unwrap_or_default()
+    }
+
+    /// The column `column` (`reported_doctor`, `reported_profiles`,
+    /// `reported_session_users`) of the host's row as the server stored it:
+    /// JSON text, none before a report.
+    pub async fn reported(&self, column: &str) -> Option<String> {
+        sqlx::query_scalar(&format!("SELECT {column} FROM hosts WHERE id = $1"))
+            .bind(&self.host_id)
+            .fetch_one(self.server.db().db.pool())
+            .await
+            .expect(column)
+    }
+
+    /// The session users the server stored for the host
+    /// (`reported_session_users`).
+    pub async fn reported_session_users(&self) -> Value {
+        let stored = self.reported("reported_session_users").await;
+        serde_json::from_str(&stored.expect("reported_session_users")).expect("JSON")
     }
 
     /// Waits (bounded) until the stored doctor entries satisfy `test`; them.
@@ -875,6 +884,13 @@ impl Scenario {
             )
             .output()
             .expect("bothy-host runs")
+    }
+
+    /// `bothy-host restart` ([`Scenario::host_command`]), which must succeed;
+    /// the caller waits for what it expects (connected, or a refused start).
+    pub fn restart(&self) {
+        let restarted = self.host_command(&["restart"]);
+        assert!(restarted.status.success(), "restart: {restarted:?}");
     }
 
     /// A host change by the first owner with a fresh step-up and the current
@@ -946,35 +962,14 @@ impl Scenario {
     ) -> Result<DeviceSession, Reply> {
         let ephemeral = EphemeralKey::generate().expect("ephemeral key");
         let cek = ephemeral_key_hash(&ephemeral.public());
-        let step_up_id = step_up(&self.server, person).await;
-        let mut body = json!({
-            "profile": profile,
-            "columns": 100,
-            "rows": 30,
-            "client_ephemeral_key_hash": b64::encode(&cek),
-            "step_up_id": step_up_id,
-        });
-        if let Some(index) = workdir_index {
-            body["workdir_index"] = json!(index);
-        }
-        let reply = post(
-            &self.server,
-            &format!("/api/v1/hosts/{}/terminal/sessions", self.host_id),
-            Some(person.token()),
-            body,
-        )
-        .await;
+        let reply = self
+            .open_reply_with_index(person, profile, workdir_index, &cek)
+            .await;
         if reply.status != 201 {
             return Err(reply);
         }
         let grant = RawGrant::from_reply(&reply.body);
-        let initiator = Initiator::with_ephemeral(
-            grant.session_id,
-            self.host_uuid(),
-            &grant.noise_public_key,
-            ephemeral,
-        )
-        .expect("initiator");
+        let initiator = grant.initiator(self.host_uuid(), ephemeral);
         let mut device =
             DeviceSession::connect(self, person, grant.session_id, initiator, &grant.token).await;
         device
@@ -1021,15 +1016,17 @@ pub fn has_entry(entries: &[Value], check: &str, code: &str, user: Option<&str>)
     })
 }
 
+/// Whether every entry of `check` in `entries` passed (also when there is none).
+pub fn all_passed(entries: &[Value], check: &str) -> bool {
+    entries
+        .iter()
+        .filter(|e| e["check"] == check)
+        .all(|e| e["ok"] == true)
+}
+
 /// The entries of `check`.
 pub fn entries_of<'a>(entries: &'a [Value], check: &str) -> Vec<&'a Value> {
     entries.iter().filter(|e| e["check"] == check).collect()
-}
-
-/// The grant of an open or attach reply (for tests that drive the handshake
-/// themselves).
-pub fn raw_grant_of(body: &Value) -> RawGrant {
-    RawGrant::from_reply(body)
 }
 
 /// What a subscription login leaves in a session user's account (7.4: the
