@@ -36,6 +36,10 @@ pub enum ClientError {
     /// The person answered no.
     #[error("cancelled")]
     Cancelled,
+    /// The output of a session is gone (a closed pipe or terminal); the
+    /// session stays detached.
+    #[error("the output went away (a closed pipe or terminal)")]
+    OutputClosed,
     /// Bad input on the command line.
     #[error("{0}")]
     Usage(String),
@@ -72,6 +76,7 @@ impl ClientError {
             ClientError::Damaged(_) => "damaged_file".into(),
             ClientError::NoTerminal(_) => "no_terminal".into(),
             ClientError::Cancelled => "cancelled".into(),
+            ClientError::OutputClosed => "output_closed".into(),
             ClientError::Usage(_) => "usage".into(),
             ClientError::UnknownHost(_) => "unknown_host".into(),
             ClientError::UnknownPerson(_) => "unknown_person".into(),
@@ -101,6 +106,9 @@ impl ClientError {
             ClientError::Damaged(_) => "run bothy logout, then bothy login again".into(),
             ClientError::NoTerminal(_) => "run the command in a terminal".into(),
             ClientError::Cancelled => "nothing was changed".into(),
+            ClientError::OutputClosed => {
+                "the session stays detached: bothy sessions, then bothy attach SESSION".into()
+            }
             ClientError::Usage(_) => "see bothy --help".into(),
             ClientError::UnknownHost(_) => "run bothy hosts to see the hosts you can use".into(),
             ClientError::UnknownPerson(_) => {

@@ -334,7 +334,7 @@ impl Connected {
                     if let Some(end) = close_of(&message) {
                         out.clear();
                         filter.finish(&mut out);
-                        write_stdout(&out);
+                        write_stdout(&out)?;
                         if let (Some(code), Some(bothy_proto::codes::CloseCode::TerminalClosed)) =
                             (exit_code, end.close_code())
                         {
@@ -355,7 +355,7 @@ impl Connected {
                         Ok(Frame::Data(bytes)) => {
                             out.clear();
                             filter.filter(bytes, &mut out);
-                            write_stdout(&out);
+                            write_stdout(&out)?;
                         }
                         Ok(Frame::Exit(code)) => exit_code = Some(code),
                         Ok(Frame::ReplayBegin | Frame::ReplayEnd) => {}
@@ -376,7 +376,7 @@ impl Connected {
                                     self.send(Frame::Data(chunk)).await?;
                                 }
                             }
-                            Input::Help => write_stdout(HELP.as_bytes()),
+                            Input::Help => write_stdout(HELP.as_bytes())?,
                             Input::Close => {
                                 by_escape = true;
                                 closing = true;
@@ -417,13 +417,18 @@ async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-fn write_stdout(bytes: &[u8]) {
+/// Writes the filtered output; an output that is gone (a closed pipe, a
+/// terminal that went away) ends this client like SIGHUP does: the session
+/// stays, detached, for an attach (like ssh, which ends on SIGPIPE).
+fn write_stdout(bytes: &[u8]) -> Result<(), ClientError> {
     if bytes.is_empty() {
-        return;
+        return Ok(());
     }
     let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(bytes);
-    let _ = stdout.flush();
+    stdout
+        .write_all(bytes)
+        .and_then(|()| stdout.flush())
+        .map_err(|_| ClientError::OutputClosed)
 }
 
 /// Reads stdin on its own thread (a blocking read cannot be cancelled; the

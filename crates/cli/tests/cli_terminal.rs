@@ -1321,6 +1321,45 @@ async fn sigterm_restores_the_terminal_and_leaves_the_session_detached() {
     scenario.wait_state(session_id, "detached").await;
 }
 
+/// An output that goes away (`bothy open HOST | head -c 1`): the next write
+/// fails, and the client ends at once with `output_closed` and its hint
+/// instead of running on unseen; the session stays detached for an attach,
+/// as after SIGHUP (ssh ends on SIGPIPE).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_output_ends_the_client_and_leaves_the_session_detached() {
+    let scenario = start().await;
+    let client = Client::new(&scenario).logged_in();
+    // bothy's environment, its standard output into `head`; pipefail makes
+    // bothy's exit code the pipeline's.
+    let bothy = client.command(&[]);
+    let mut piped = Command::new("bash");
+    piped
+        .args([
+            "-c",
+            "set -o pipefail; \"$0\" open 'scenario host' | head -c 1 >/dev/null",
+        ])
+        .arg(bothy.get_program())
+        .env_clear()
+        .envs(bothy.get_envs().filter_map(|(k, v)| Some((k, v?))));
+    let mut p = rexpect::session::spawn_command(piped, Some(EXPECT_MS)).expect("sh starts");
+    tokio::task::block_in_place(|| client.answer_step_up(&mut p));
+    // The shell runs (its output goes to `head`, which ends after the
+    // prompt's first byte).
+    scenario.wait_session_processes(0, 1).await;
+    let (session_id, _) = newest_session(&scenario).await;
+    scenario.wait_state(session_id, "active").await;
+    let exit = tokio::task::block_in_place(|| {
+        type_text(&mut p, "echo more output\r");
+        p.exp_string("bothy: output_closed:")
+            .expect("the client says why it ended");
+        p.exp_string("bothy attach SESSION")
+            .expect("and how to go on");
+        finish(&mut p)
+    });
+    assert_eq!(exit, 255, "bothy's exit code");
+    scenario.wait_state(session_id, "detached").await;
+}
+
 /// A server that hands out a key the host does not hold (5.1: the attack the
 /// pins are for, done here by changing the host's key in the database): the
 /// pin check warns; confirmed anyway, the host refuses the handshake, the CLI
