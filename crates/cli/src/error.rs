@@ -69,6 +69,7 @@ impl ClientError {
             ClientError::Net(NetError::BadUrl) => "bad_url".into(),
             ClientError::Net(NetError::NoRoots) => "no_trusted_roots".into(),
             ClientError::Net(NetError::Timeout) => "timeout".into(),
+            ClientError::Net(NetError::Certificate(_)) => "certificate_not_trusted".into(),
             ClientError::Net(_) => "unreachable".into(),
             ClientError::NotLoggedIn => "not_logged_in".into(),
             ClientError::InsecureFile(_) => "insecure_file".into(),
@@ -95,6 +96,11 @@ impl ClientError {
             }
             ClientError::Net(NetError::NoRoots) => {
                 "install the system's CA certificates, or point SSL_CERT_FILE at a CA bundle".into()
+            }
+            ClientError::Net(NetError::Certificate(_)) => {
+                "the server's certificate must verify: for a server with its own local CA, point \
+                 SSL_CERT_FILE at that CA (its ca.pem); nothing skips the check"
+                    .into()
             }
             ClientError::Net(_) => {
                 "check the server address and your network; the certificate is always verified"

@@ -1438,4 +1438,19 @@ async fn refused_openings_print_the_servers_code_and_a_hint() {
         );
     });
     assert_eq!(sessions_count(&scenario).await, 0);
+    // Without the server's CA (SSL_CERT_FILE) the certificate does not
+    // verify: the client says so, not that the server is unreachable.
+    let refused = client
+        .command(&["hosts"])
+        .env_remove("SSL_CERT_FILE")
+        .output()
+        .expect("bothy runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("bothy: certificate_not_trusted:")
+            && stderr.contains("hint: ")
+            && stderr.contains("SSL_CERT_FILE"),
+        "{stderr}"
+    );
 }

@@ -49,12 +49,35 @@ pub enum NetError {
     /// TCP, proxy, TLS or WebSocket failed.
     #[error("cannot reach the server: {0}")]
     Connect(String),
+    /// The server's certificate failed verification (not signed by a trusted
+    /// root, another name, expired): never skipped, never retried around.
+    #[error("the server's certificate is not trusted: {0}")]
+    Certificate(String),
     /// The attempt took longer than [`CONNECT_TIMEOUT`].
     #[error("the server did not answer within {}s", CONNECT_TIMEOUT.as_secs())]
     Timeout,
     /// The WebSocket upgrade was refused with this HTTP status.
     #[error("the server refused the WebSocket upgrade with HTTP {0}")]
     UpgradeRefused(u16),
+}
+
+/// A failed TLS handshake: [`NetError::Certificate`] when rustls refused the
+/// server's certificate, else [`NetError::Connect`].
+fn handshake_error(error: std::io::Error) -> NetError {
+    let refused_certificate = error
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|e| {
+            matches!(
+                e,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        });
+    if refused_certificate {
+        NetError::Certificate(error.to_string())
+    } else {
+        NetError::Connect(error.to_string())
+    }
 }
 
 /// The server: `https://host[:port]`, normalized without a trailing slash.
@@ -229,11 +252,7 @@ impl Connector {
         let _ = tcp.set_nodelay(true);
         let name =
             ServerName::try_from(server.host_name().to_owned()).map_err(|_| NetError::BadUrl)?;
-        let tls = self
-            .tls
-            .connect(name, tcp)
-            .await
-            .map_err(|e| NetError::Connect(e.to_string()))?;
+        let tls = self.tls.connect(name, tcp).await.map_err(handshake_error)?;
         Ok((tls, peer))
     }
 
