@@ -3,7 +3,9 @@
 //!
 //! - `session.started`: an opening session of this host becomes `active` when
 //!   the relay has its device side on this process, else `detached` at once
-//!   (`detached_at`); `started_at` is set. A closed one gets `session.close`
+//!   (`detached_at`); `started_at` is set. A device that left between that
+//!   check and the commit is noticed after it (the session is detached then,
+//!   [`crate::terminal::relay::Relay::detach_if_device_left`]). A closed one gets `session.close`
 //!   with its stored reason; an unknown one or one of another host gets
 //!   `error {not_found}` and `session.close access_revoked`; an active or
 //!   detached one is left as it is (an attach sends none).
@@ -108,6 +110,9 @@ pub(super) async fn started(
                 let new_state = if device { "active" } else { "detached" };
                 changed(&mut uow, session_id, row.host_id, row.person_id, new_state);
                 uow.commit().await?;
+                if device {
+                    state.relay().detach_if_device_left(state, session_id).await;
+                }
                 Ok(Outcome::Done)
             }
             "closed" => Ok(Outcome::Closed(

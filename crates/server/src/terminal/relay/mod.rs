@@ -601,6 +601,26 @@ impl Relay {
         });
     }
 
+    /// After `session.started` made the session `active` because its device
+    /// was present: should the device have left between that check and the
+    /// commit, its own detach found the session still `opening` and changed
+    /// nothing (on PostgreSQL the two units of work do not wait for each
+    /// other), so the session is detached now (6.2). Under the session's
+    /// write lock like every detach; a device present again keeps it active.
+    pub(crate) async fn detach_if_device_left(&self, state: &AppState, session_id: Uuid) {
+        let writes = self
+            .lock_slots()
+            .get(&session_id)
+            .map(|slot| Arc::clone(&slot.state_writes));
+        let _write = match &writes {
+            Some(writes) => Some(writes.lock().await),
+            None => None,
+        };
+        if !self.device_present(session_id) {
+            store::detach(state, session_id).await;
+        }
+    }
+
     /// Whether the session's device side is paired with its host side here.
     fn device_paired(&self, session_id: Uuid) -> bool {
         self.lock_slots().get(&session_id).is_some_and(Slot::paired)
