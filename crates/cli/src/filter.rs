@@ -598,6 +598,28 @@ mod tests {
         assert!(filter.pending.capacity() <= 2 * MAX_STRING + 64);
     }
 
+    /// A xorshift generator from `seed`: the same pseudo-random inputs on
+    /// every run.
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut state = seed;
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
+    /// Fewer than `most` of `pieces`, chosen by `next`, one after the other.
+    fn mix(next: &mut impl FnMut() -> u64, pieces: &[&[u8]], most: u64) -> Vec<u8> {
+        let mut input = Vec::new();
+        for _ in 0..(next() % most) {
+            let piece = pieces[usize::try_from(next() % pieces.len() as u64).unwrap_or(0)];
+            input.extend_from_slice(piece);
+        }
+        input
+    }
+
     /// The byte-by-byte path alone (no runs copied whole).
     fn run_bytewise(input: &[u8]) -> Vec<u8> {
         let mut filter = OutputFilter::new();
@@ -615,13 +637,7 @@ mod tests {
     /// sequences, split into two frames at a pseudo-random place.
     #[test]
     fn plain_runs_change_nothing() {
-        let mut state: u64 = 0x2545_f491_4f6c_dd1d;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let pieces: &[&[u8]] = &[
             b"plain text ",
             b"\r\n",
@@ -650,11 +666,7 @@ mod tests {
             b"\x1b",
         ];
         for _ in 0..5000 {
-            let mut input = Vec::new();
-            for _ in 0..(next() % 16) {
-                let piece = pieces[usize::try_from(next() % pieces.len() as u64).unwrap_or(0)];
-                input.extend_from_slice(piece);
-            }
+            let input = mix(&mut next, pieces, 16);
             let cut = usize::try_from(next() % (input.len() as u64 + 1)).unwrap_or(0);
             let mut filter = OutputFilter::new();
             let mut out = Vec::new();
@@ -675,13 +687,7 @@ mod tests {
     /// (pseudo-random inputs from a fixed seed).
     #[test]
     fn property_identity_without_escapes_and_nothing_dangerous_ever() {
-        let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let pieces: &[&[u8]] = &[
             b"\x1b]52;c;QQ==\x07",
             b"\x1b]52;c;QQ==",
@@ -703,11 +709,7 @@ mod tests {
             b"\x18",
         ];
         for _ in 0..3000 {
-            let mut input = Vec::new();
-            for _ in 0..(next() % 12) {
-                let piece = pieces[usize::try_from(next() % pieces.len() as u64).unwrap_or(0)];
-                input.extend_from_slice(piece);
-            }
+            let input = mix(&mut next, pieces, 12);
             let out = run(&input);
             // What the filter lets through contains nothing it would change.
             assert_eq!(run(&out), out, "{:?}", String::from_utf8_lossy(&input));
