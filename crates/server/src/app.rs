@@ -29,7 +29,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 use crate::clock::SharedClock;
-use crate::config::{Config, Tls};
+use crate::config::{ClusterMode, Config, Tls};
 use crate::db::{Db, DbError};
 use crate::events::{EventsError, LogTail, TailConfig};
 use crate::http::{self, AppState};
@@ -68,6 +68,15 @@ pub enum StartError {
     /// Serving failed.
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
+    /// `cluster.mode: multi` is set, but the signals between nodes of
+    /// section 9 are not built: a second node would silently lose openings,
+    /// presence and the duplicate check of 3.4 (docs/decisions.md D-321).
+    #[error(
+        "config_invalid: cluster.mode: multi is not supported yet (several nodes need the \
+         signals of section 9, which this build does not have); run one node with \
+         cluster.mode: single (PostgreSQL works with one node too)"
+    )]
+    ClusterMultiNotBuilt,
 }
 
 /// A server ready to serve: database open and migrated, TLS loaded, the log
@@ -92,6 +101,9 @@ impl App {
     /// token pepper (mode 0600) and the TLS material, and starts the event log
     /// tail on the server's shutdown signal.
     pub async fn open(config: Config, clock: SharedClock) -> Result<App, StartError> {
+        if config.cluster.mode == ClusterMode::Multi {
+            return Err(StartError::ClusterMultiNotBuilt);
+        }
         let Store { db, pepper } = Store::open(&config).await?;
         let source = match &config.server.tls {
             Tls::Off => TlsSource::Off,
