@@ -19,6 +19,9 @@ mod e2e_common;
 
 use std::process::Command;
 
+use futures_util::StreamExt;
+use tokio_tungstenite::tungstenite::Message;
+
 use bothy_noise::EphemeralKey;
 use bothy_proto::frame::{Frame, TerminalSize};
 use bothy_proto::jws::{Att, Ed25519SigningKey, TerminalSessionClaims, ephemeral_key_hash};
@@ -254,6 +257,127 @@ async fn tm_t04_forged_tokens_are_token_invalid_and_start_no_pty() {
         (4104, "token_invalid".to_owned())
     );
     assert!(scenario.session_processes(0).is_empty(), "no PTY started");
+}
+
+/// Issue 21, TM-T04 (attach), 6.2: an attach whose message 1 the host
+/// service refuses with 4104 — random bytes (step 0, handshake_failed), the
+/// right token with another ephemeral key (step 7, token_invalid), the token
+/// of another session (step 4, token_invalid) — ends the live PTY with its
+/// background processes, and the server ends the session open_failed with
+/// that detail instead of leaving it detached without a PTY; a correct attach
+/// afterwards is refused as closed (409), never as a handshake (4104).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_refused_with_4104_ends_the_session_and_every_process() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let host_id = scenario.host_uuid();
+    for case in ["random", "other_key", "other_session"] {
+        let mut device = scenario.open_shell().await;
+        start_background(&mut device).await;
+        scenario.wait_session_processes(0, 3).await;
+        let session_id = device.session_id;
+        drop(device);
+        scenario.wait_state(session_id, "detached").await;
+        let (grant, key) = scenario.attach_raw(&scenario.owner, session_id).await;
+        let (message1, detail) = match case {
+            "random" => (vec![0x5a; 96], "handshake_failed"),
+            "other_key" => {
+                let other = EphemeralKey::generate().expect("key");
+                let message1 = grant
+                    .initiator(host_id, other)
+                    .write_message1(grant.token.as_bytes())
+                    .expect("m1");
+                (message1, "token_invalid")
+            }
+            _ => {
+                let (other, _) = scenario.open_raw(&scenario.owner, "shell").await;
+                let message1 = grant
+                    .initiator(host_id, key)
+                    .write_message1(other.token.as_bytes())
+                    .expect("m1");
+                (message1, "token_invalid")
+            }
+        };
+        let mut ws = scenario.device_stream(&scenario.owner, session_id).await;
+        assert_eq!(refused(&mut ws, message1).await, (4104, detail.to_owned()));
+        assert_eq!(
+            scenario.closed(session_id).await,
+            ("open_failed".to_owned(), Some(detail.to_owned())),
+            "{case}"
+        );
+        scenario.wait_no_session_processes(0).await;
+        scenario
+            .assert_attach_refused_as_closed(&scenario.owner, session_id)
+            .await;
+    }
+}
+
+/// 6.2: an attach whose first transport message is not `start` ends the
+/// session open_failed/handshake_failed with its processes; an attach without
+/// `start` until `expires_at` leaves the session detached with its PTY, and a
+/// correct attach afterwards works.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_with_a_faulty_or_missing_start_ends_or_keeps_the_session() {
+    let scenario = Scenario::start(
+        Engine::Sqlite,
+        Options {
+            extra_terminal_yaml: "  open_timeout: 3s\n".into(),
+            ..Options::default()
+        },
+    )
+    .await;
+    // No start until expires_at: 1000 from the host, 4102 to the device, the
+    // session stays detached and attachable.
+    let mut device = scenario.open_shell().await;
+    device.type_text("echo KE\"\"PT\n").await;
+    device.expect_output("KEPT").await;
+    let session_id = device.session_id;
+    drop(device);
+    scenario.wait_state(session_id, "detached").await;
+    let (grant, key) = scenario.attach_raw(&scenario.owner, session_id).await;
+    let mut silent = DeviceSession::connect_grant(&scenario, &scenario.owner, &grant, key).await;
+    // The host waits until expires_at on its own clock; every TOTP step-up
+    // moved the server's clock a step ahead of it (see e2e_common), so the
+    // wait is longer than one WAIT of silence.
+    let close = tokio::time::timeout(4 * e2e_common::WAIT, async {
+        loop {
+            match silent.ws.next().await {
+                Some(Ok(Message::Close(Some(frame)))) => {
+                    return (u16::from(frame.code), frame.reason.to_string());
+                }
+                Some(Ok(_)) => {}
+                other => panic!("the stream ended without a close frame: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("the host gives up on start at expires_at");
+    assert_eq!(close, (4102, "terminal_host_unavailable".to_owned()));
+    scenario.wait_state(session_id, "detached").await;
+    let mut again = scenario.attach(&scenario.owner, session_id, size()).await;
+    again.expect_output("KEPT").await;
+    start_background(&mut again).await;
+    scenario.wait_session_processes(0, 3).await;
+    drop(again);
+    scenario.wait_state(session_id, "detached").await;
+    // A first frame other than start: the session ends with every process.
+    let (grant, key) = scenario.attach_raw(&scenario.owner, session_id).await;
+    let mut faulty = DeviceSession::connect_grant(&scenario, &scenario.owner, &grant, key).await;
+    faulty.type_text("echo no start\n").await;
+    assert_eq!(
+        faulty.expect_close().await,
+        (4104, "handshake_failed".to_owned())
+    );
+    assert_eq!(
+        scenario.closed(session_id).await,
+        (
+            "open_failed".to_owned(),
+            Some("handshake_failed".to_owned())
+        )
+    );
+    scenario.wait_no_session_processes(0).await;
+    scenario
+        .assert_attach_refused_as_closed(&scenario.owner, session_id)
+        .await;
 }
 
 /// TM-T05: messages 1 and 2 complete, but no start: no PTY; the opening ends

@@ -404,6 +404,9 @@ async fn local_confirmation_allows_denies_and_times_out_openings_and_attaches() 
         ("open_failed", Some("local_confirm_denied"))
     );
     scenario.wait_no_session_processes(0).await;
+    scenario
+        .assert_attach_refused_as_closed(&scenario.owner, session_id)
+        .await;
 
     // Two agents: the first answer wins, the other's dialog is cancelled.
     let slow = desk.agent(&person, "b", true);

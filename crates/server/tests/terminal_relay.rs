@@ -738,6 +738,79 @@ async fn host_4104_handed_to_the_device(engine: Engine) {
     assert_eq!(f.unpaired("client"), 0, "a paired side is never unpaired");
 }
 
+/// 6.2, 5.3 (issue 21): the host service's refusal of an attach's handshake,
+/// for every row of the table of 5.3. A 4104 ended the session's live PTY
+/// on the host, so the session ends open_failed with the refusal's detail
+/// (never left `detached` without a PTY) and the device gets that code; a
+/// 4101 leaves the started session detached and attachable. A paired device
+/// is told the code even when the host's close arrives after the device
+/// left; the end needs no device.
+async fn host_refusal_of_an_attach_ends_a_started_session_on_4104_only(engine: Engine) {
+    let f = fixture(engine).await;
+    let refusals = [
+        (4104, CloseDetail::HandshakeFailed),
+        (4104, CloseDetail::TokenInvalid),
+        (4104, CloseDetail::ProfileUnknown),
+        (4104, CloseDetail::SessionUserUnknown),
+        (4104, CloseDetail::SessionUserMismatch),
+        (4104, CloseDetail::ServerHostOwnerOnly),
+        (4101, CloseDetail::TokenExpired),
+        (4101, CloseDetail::TokenReplayed),
+    ];
+    for (code, detail) in refusals {
+        let id = f.session("detached").await;
+        let (mut h, mut d) = paired(&f, id).await;
+        wait_state(&f, id, "active").await;
+        h.send(Message::Close(Some(CloseFrame {
+            code: code.into(),
+            reason: detail.as_str().into(),
+        })))
+        .await
+        .expect("close");
+        assert_eq!(closed(&mut d).await, (code, detail.as_str().to_owned()));
+        if code == 4104 {
+            wait_state(&f, id, "closed").await;
+            let (_, reason, stored, ..) = f.row(id).await;
+            assert_eq!(
+                (reason.as_deref(), stored.as_deref()),
+                (Some("open_failed"), Some(detail.as_str())),
+                "{detail}"
+            );
+        } else {
+            wait_state(&f, id, "detached").await;
+            f.relay_looked().await;
+            assert_eq!(f.state_of(id).await, "detached", "{detail}");
+        }
+    }
+    // The host closes after the device already left: the end still happens.
+    let id = f.session("detached").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    d.close(None).await.expect("device leaves");
+    f.sides(id, false, true).await;
+    h.send(Message::Close(Some(CloseFrame {
+        code: 4104.into(),
+        reason: "handshake_failed".into(),
+    })))
+    .await
+    .expect("close");
+    wait_state(&f, id, "closed").await;
+    // A close text that is no detail of 4104 counts as handshake_failed.
+    let id = f.session("detached").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    h.send(Message::Close(Some(CloseFrame {
+        code: 4104.into(),
+        reason: "token_expired".into(),
+    })))
+    .await
+    .expect("close");
+    assert_eq!(closed(&mut d).await, (4104, "handshake_failed".into()));
+    wait_state(&f, id, "closed").await;
+    assert_eq!(f.row(id).await.2.as_deref(), Some("handshake_failed"));
+    let ends = audit_of(&f.server, "terminal.terminate", "allow").await;
+    assert_eq!(ends.len(), 8, "one terminate per ended session: {ends:?}");
+    assert_eq!(f.unpaired("client") + f.unpaired("host"), 0);
+}
+
 async fn newer_device_replaces_the_older(engine: Engine) {
     let f = fixture(engine).await;
     let id = f.session("detached").await;
@@ -1170,6 +1243,7 @@ both_engines!(
     lone_host_of_an_opening,
     lone_sides_of_a_started_session,
     host_4104_handed_to_the_device,
+    host_refusal_of_an_attach_ends_a_started_session_on_4104_only,
     newer_device_replaces_the_older,
     device_leaving_detaches,
     an_end_closes_both_sides_with_4100,

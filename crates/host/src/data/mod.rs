@@ -174,30 +174,27 @@ impl Link {
             close(&mut tx, 1000, "ended").await;
             return;
         }
-        let mut accepted = match self.check(&hello, &message1) {
-            Ok(accepted) => accepted,
+        let handshake = self.check(&hello, &message1).and_then(|mut accepted| {
+            let (message2, transport) = write_message2(&mut accepted)?;
+            Ok((accepted, message2, transport))
+        });
+        let (accepted, message2, transport) = match handshake {
+            Ok(done) => done,
             Err(detail) => {
                 let code = detail.handshake_close_code();
                 if code == CloseCode::TerminalHandshakeFailed
                     && self.host.sessions.pty(self.session_id).is_some()
                 {
-                    // 4104 for a session with a live PTY ends it, without a report.
+                    // 4104 for a session with a live PTY ends it, without a
+                    // report (6.2); the server ends the session on this close.
                     self.host.sessions.kill(self.session_id);
                 }
-                tracing::info!(close_detail = detail.as_str(), "message 1 refused");
+                tracing::info!(
+                    session_id = %self.session_id,
+                    close_detail = detail.as_str(),
+                    "message 1 refused"
+                );
                 close(&mut tx, code.as_u16(), detail.as_str()).await;
-                return;
-            }
-        };
-        let (message2, transport) = match write_message2(&mut accepted) {
-            Ok(done) => done,
-            Err(detail) => {
-                close(
-                    &mut tx,
-                    detail.handshake_close_code().as_u16(),
-                    detail.as_str(),
-                )
-                .await;
                 return;
             }
         };

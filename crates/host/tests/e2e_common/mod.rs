@@ -532,19 +532,37 @@ impl Scenario {
     pub async fn attach_raw(&self, person: &Person, session_id: Uuid) -> (RawGrant, EphemeralKey) {
         let ephemeral = EphemeralKey::generate().expect("ephemeral key");
         let cek = ephemeral_key_hash(&ephemeral.public());
+        let reply = self.attach_reply(person, session_id, &cek).await;
+        assert_eq!(reply.status, 200, "attach: {:?}", reply.body);
+        (RawGrant::from_reply(&reply.body), ephemeral)
+    }
+
+    /// The answer of attachTerminalSession by `person` with a fresh step-up
+    /// and `cek` as the hash of the device's ephemeral key.
+    pub async fn attach_reply(&self, person: &Person, session_id: Uuid, cek: &[u8; 32]) -> Reply {
         let step_up_id = step_up(&self.server, person).await;
-        let reply = post(
+        post(
             &self.server,
             &format!("/api/v1/terminal/sessions/{session_id}/attach"),
             Some(person.token()),
             json!({
-                "client_ephemeral_key_hash": b64::encode(&cek),
+                "client_ephemeral_key_hash": b64::encode(cek),
                 "step_up_id": step_up_id,
             }),
         )
-        .await;
-        assert_eq!(reply.status, 200, "attach: {:?}", reply.body);
-        (RawGrant::from_reply(&reply.body), ephemeral)
+        .await
+    }
+
+    /// Asserts that a correct attach of the closed `session_id` is refused as
+    /// closed: 409 `invalid_state_transition`, never a handshake refusal.
+    pub async fn assert_attach_refused_as_closed(&self, person: &Person, session_id: Uuid) {
+        let reply = self.attach_reply(person, session_id, &[7; 32]).await;
+        assert_eq!(
+            (reply.status.as_u16(), reply.body["code"].as_str()),
+            (409, Some("invalid_state_transition")),
+            "attach of a closed session: {:?}",
+            reply.body
+        );
     }
 
     /// Attaches with a full handshake and `start`; the caller reads the replay.
@@ -657,6 +675,17 @@ pub enum Received {
 }
 
 impl DeviceSession {
+    /// A device after the handshake of `grant` with `key`, before `start`.
+    pub async fn connect_grant(
+        scenario: &Scenario,
+        person: &Person,
+        grant: &RawGrant,
+        key: EphemeralKey,
+    ) -> DeviceSession {
+        let initiator = grant.initiator(scenario.host_uuid(), key);
+        DeviceSession::connect(scenario, person, grant.session_id, initiator, &grant.token).await
+    }
+
     async fn connect(
         scenario: &Scenario,
         person: &Person,

@@ -45,6 +45,12 @@
 //! of 5.3 gets that refusal's 4101 or 4104 with the detail as text instead
 //! ([`stream_code_for_end`]), so the device gets the same code whether the
 //! host service closed its data connection or reported `session.ended`.
+//!
+//! A data connection the host service closes with 4101 or 4104 is a refused
+//! handshake (5.3): the device gets that code and detail, an opening ends
+//! `open_failed` with the detail, and so does a started session on 4104,
+//! because the host service ended its PTY (6.2); after a 4101 a started
+//! session stays detached and attachable (docs/decisions.md D-320).
 
 mod pipe;
 pub(crate) mod side;
@@ -284,6 +290,45 @@ pub(crate) enum Leave {
     HandOver(u16, String),
 }
 
+/// A handshake the host service refused by closing its data connection
+/// with 4101 or 4104 and the `close_detail` as close text (5.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct HostRefusal {
+    code: CloseCode,
+    detail: CloseDetail,
+}
+
+impl HostRefusal {
+    /// The refusal a close of the host stands for. A close text that is no
+    /// detail of that code's rows in the table of 5.3 counts as the code's
+    /// generic detail (`token_replayed` for 4101, `handshake_failed` for
+    /// 4104), so the device and the stored end always agree on the code.
+    fn new(code: u16, text: &str) -> HostRefusal {
+        let code = if code == CloseCode::TerminalTokenStale.as_u16() {
+            CloseCode::TerminalTokenStale
+        } else {
+            CloseCode::TerminalHandshakeFailed
+        };
+        let detail = CloseDetail::parse(text)
+            .ok()
+            .filter(|d| handshake_refusal(CloseReason::OpenFailed, Some(*d)).is_some())
+            .filter(|d| d.handshake_close_code() == code)
+            .unwrap_or(match code {
+                CloseCode::TerminalTokenStale => CloseDetail::TokenReplayed,
+                _ => CloseDetail::HandshakeFailed,
+            });
+        HostRefusal { code, detail }
+    }
+
+    /// Whether the host service ended a live PTY of the session with this
+    /// refusal: "every refusal with 4104 of a session.open whose session has
+    /// a live PTY ... ends that PTY with its tree without session.ended"
+    /// (6.2); a 4101 leaves it detached.
+    fn ends_pty(self) -> bool {
+        self.code == CloseCode::TerminalHandshakeFailed
+    }
+}
+
 /// The relay of this process.
 #[derive(Default)]
 pub struct Relay {
@@ -489,7 +534,12 @@ impl Relay {
             return;
         };
         let mut detach = false;
-        let mut end_opening: Option<CloseDetail> = None;
+        let refusal = match &how {
+            Leave::HandOver(code, reason) if side == Side::Host => {
+                Some(HostRefusal::new(*code, reason))
+            }
+            _ => None,
+        };
         let other = slot.member(other_side(side));
         let partner_present = left.partner.is_some()
             && other
@@ -509,15 +559,11 @@ impl Relay {
             Side::Host => {
                 if partner_present {
                     if let Some(device) = other.take() {
-                        match &how {
-                            Leave::HandOver(code, reason) => {
-                                device.close(*code, reason);
-                                end_opening = Some(
-                                    CloseDetail::parse(reason)
-                                        .unwrap_or(CloseDetail::HandshakeFailed),
-                                );
+                        match &refusal {
+                            Some(refusal) => {
+                                device.close(refusal.code.as_u16(), refusal.detail.as_str());
                             }
-                            Leave::Gone => device.close(
+                            None => device.close(
                                 CloseCode::TerminalHostUnavailable.as_u16(),
                                 CloseCode::TerminalHostUnavailable.name(),
                             ),
@@ -538,14 +584,19 @@ impl Relay {
         self.set_sides(session_id, sides);
         let state = state.clone();
         tokio::spawn(async move {
-            if let Some(detail) = end_opening {
+            if let Some(refusal) = refusal {
+                // The host service refused the handshake of this grant. An
+                // opening ends open_failed with the refusal's detail (5.3); a
+                // 4104 also ended a live PTY on the host (6.2), so a started
+                // session ends the same way instead of staying `detached`
+                // without a PTY; a 4101 leaves a started session detached.
                 store::end_by_relay(
                     &state,
                     session_id,
                     &stats,
                     CloseReason::OpenFailed,
-                    Some(detail),
-                    true,
+                    Some(refusal.detail),
+                    !refusal.ends_pty(),
                 )
                 .await;
             }

@@ -214,7 +214,8 @@ pub(crate) async fn flush(state: &AppState, session_id: Uuid, stats: &Stats) {
 
 /// Ends a session by the relay itself, with the pending counters written in
 /// the same unit of work; with `only_opening` a compare-and-swap on `opening`
-/// (the open deadline and a refused handshake). Returns whether the unit of
+/// (the open deadline, and a handshake refused with 4101, which leaves a
+/// started session detached). Returns whether the unit of
 /// work committed (also when nothing was left to end).
 pub(crate) async fn end_by_relay(
     state: &AppState,
