@@ -1518,7 +1518,106 @@ async fn reads_show_own_sessions_and_owners_all(engine: Engine) {
     );
 }
 
+/// Issue 15 item 11: the list pages by a cursor (`after` = `next` of the
+/// previous page, newest first, no row repeated or skipped when a session is
+/// opened between two pages) and filters open or closed sessions; bad
+/// parameters are 400 with their pointer.
+async fn the_list_pages_by_cursor_and_filters_by_state(engine: Engine) {
+    let World {
+        server,
+        bob,
+        host,
+        link: _link,
+        ..
+    } = world(engine).await;
+    let mut closed = Vec::new();
+    for _ in 0..5 {
+        let id = opened(&server, &bob, &host).await;
+        let path = format!("/api/v1/terminal/sessions/{id}/close");
+        let reply = post_empty(&server, &path, bob.token()).await;
+        assert_eq!(reply.status, 200, "{:?}", reply.body);
+        closed.push(id);
+        server.clock.advance(Duration::from_millis(1));
+    }
+    let open_one = opened(&server, &bob, &host).await;
+    let ids = |reply: &Reply| -> Vec<String> {
+        assert_eq!(reply.status, 200, "{:?}", reply.body);
+        reply.body["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["session_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let mut newest_first: Vec<String> = closed.iter().rev().cloned().collect();
+    newest_first.insert(0, open_one.clone());
+    // Pages of two, following `next`; a session opened between two pages
+    // lands before the cursor and changes nothing behind it.
+    let mut seen = Vec::new();
+    let mut path = "/api/v1/terminal/sessions?limit=2".to_owned();
+    let mut pages = 0;
+    loop {
+        let reply = get(&server, &path, Some(bob.token())).await;
+        seen.extend(ids(&reply));
+        pages += 1;
+        if pages == 1 {
+            opened(&server, &bob, &host).await;
+        }
+        match reply.body.get("next").and_then(Value::as_str) {
+            Some(next) => path = format!("/api/v1/terminal/sessions?limit=2&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!(seen, newest_first);
+    assert_eq!(pages, 3, "a full last page has no next");
+    // Open only, closed only, with the host filter.
+    let reply = get(
+        &server,
+        "/api/v1/terminal/sessions?state=open",
+        Some(bob.token()),
+    )
+    .await;
+    assert_eq!(ids(&reply).len(), 2);
+    assert!(ids(&reply).contains(&open_one));
+    let reply = get(
+        &server,
+        &format!("/api/v1/terminal/sessions?state=closed&host_id={host}&limit=500"),
+        Some(bob.token()),
+    )
+    .await;
+    assert_eq!(
+        ids(&reply),
+        closed.iter().rev().cloned().collect::<Vec<_>>()
+    );
+    assert!(reply.body.get("next").is_none());
+    // An unknown cursor gives an empty page.
+    let unknown = uuid::Uuid::from_u128(9);
+    let reply = get(
+        &server,
+        &format!("/api/v1/terminal/sessions?after={unknown}"),
+        Some(bob.token()),
+    )
+    .await;
+    assert!(ids(&reply).is_empty());
+    for (query, pointer) in [
+        ("limit=0", "/query/limit"),
+        ("limit=501", "/query/limit"),
+        ("state=detached", "/query/state"),
+        ("after=x", "/query/after"),
+    ] {
+        let reply = get(
+            &server,
+            &format!("/api/v1/terminal/sessions?{query}"),
+            Some(bob.token()),
+        )
+        .await;
+        assert_eq!(reply.status, 400, "{query}: {:?}", reply.body);
+        assert_eq!(reply.body["errors"][0]["pointer"], pointer, "{query}");
+    }
+}
+
 both_engines!(
+    the_list_pages_by_cursor_and_filters_by_state,
     open_answers_every_member_and_claim,
     tm_t07_open_needs_a_fresh_unconsumed_step_up,
     tm_t17_agents_and_apps_never_open_attach_or_close,

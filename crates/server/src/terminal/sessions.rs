@@ -88,8 +88,34 @@ use crate::ratelimit::RetryAfter;
 /// The largest `columns` and `rows` of an opening (a terminal size in cells).
 pub const SIZE_MAX: u32 = 10_000;
 
-/// The longest list of [`list`].
-pub const LIST_MAX: i64 = 200;
+/// The page size of [`list`] without a `limit`.
+pub const LIST_DEFAULT: u32 = 200;
+
+/// The largest page of [`list`].
+pub const LIST_MAX: u32 = 500;
+
+/// Which sessions [`list`] returns, and which page.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ListQuery {
+    /// Only sessions on this host (for an owner: every person's there).
+    pub host_id: Option<Uuid>,
+    /// Only open (not `closed`: `Some(true)`) or only closed sessions.
+    pub open: Option<bool>,
+    /// The cursor: the last session of the previous page; the page holds the
+    /// sessions after it in the order of the list.
+    pub after: Option<Uuid>,
+    /// The page size, 1..=[`LIST_MAX`].
+    pub limit: u32,
+}
+
+/// A page of [`list`].
+#[derive(Debug)]
+pub struct SessionPage {
+    /// The sessions, newest first.
+    pub rows: Vec<SessionRow>,
+    /// The cursor of the next page (the last row's ID) when there may be more.
+    pub next: Option<Uuid>,
+}
 
 code_enum! {
     /// `terminal_sessions.state` (6.6).
@@ -1518,45 +1544,75 @@ pub async fn read(
     }
 }
 
-/// The caller's own sessions, newest first (at most [`LIST_MAX`]); with
-/// `host_id` only those on that host, and for an owner every person's there.
+/// The caller's own sessions, newest first, a page at a time (keyset paging
+/// on `(created_at, id)`, so a page never repeats or skips a row when sessions
+/// are added meanwhile); with `host_id` only those on that host, and for an
+/// owner every person's there.
 pub async fn list(
     state: &AppState,
     principal: &Principal,
-    host_id: Option<Uuid>,
-) -> Result<Vec<SessionRow>, SessionError> {
+    query: ListQuery,
+) -> Result<SessionPage, SessionError> {
     let person = person_of(principal).ok_or(IdentityError::Forbidden(
         ForbiddenReason::SubjectKindNotAllowed,
     ))?;
-    let mut conn = state.db().pool().acquire().await.map_err(DbError::from)?;
-    let order = format!("ORDER BY created_at DESC, id DESC LIMIT {LIST_MAX}");
-    let rows = match host_id {
-        Some(host_id) if person.is_owner() => {
-            sqlx::query(&format!(
-                "SELECT {COLUMNS} FROM terminal_sessions WHERE host_id = $1 {order}"
-            ))
-            .bind(db::id_text(&host_id))
-            .fetch_all(&mut *conn)
-            .await
+    let limit = query.limit.clamp(1, LIST_MAX);
+    // Every condition is one of the fixed texts below, never input; the
+    // values are bound in the order of the placeholders.
+    let mut conditions: Vec<String> = Vec::new();
+    let mut binds: Vec<String> = Vec::new();
+    let bind = |binds: &mut Vec<String>, value: String| {
+        binds.push(value);
+        format!("${}", binds.len())
+    };
+    match query.host_id {
+        Some(host_id) => {
+            let host = bind(&mut binds, db::id_text(&host_id));
+            conditions.push(format!("host_id = {host}"));
+            if !person.is_owner() {
+                let me = bind(&mut binds, db::id_text(&person.person_id));
+                conditions.push(format!("person_id = {me}"));
+            }
         }
-        Some(host_id) => sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM terminal_sessions WHERE host_id = $1 AND person_id = $2 {order}"
-        ))
-        .bind(db::id_text(&host_id))
-        .bind(db::id_text(&person.person_id))
-        .fetch_all(&mut *conn)
-        .await,
         None => {
-            sqlx::query(&format!(
-                "SELECT {COLUMNS} FROM terminal_sessions WHERE person_id = $1 {order}"
-            ))
-            .bind(db::id_text(&person.person_id))
-            .fetch_all(&mut *conn)
-            .await
+            let me = bind(&mut binds, db::id_text(&person.person_id));
+            conditions.push(format!("person_id = {me}"));
         }
     }
-    .map_err(DbError::from)?;
-    rows.iter().map(SessionRow::from_row).collect()
+    match query.open {
+        Some(true) => conditions.push("state <> 'closed'".to_owned()),
+        Some(false) => conditions.push("state = 'closed'".to_owned()),
+        None => {}
+    }
+    if let Some(after) = query.after {
+        let cursor = bind(&mut binds, db::id_text(&after));
+        // A cursor that names no session gives an empty page.
+        conditions.push(format!(
+            "(created_at < (SELECT created_at FROM terminal_sessions WHERE id = {cursor}) \
+              OR (created_at = (SELECT created_at FROM terminal_sessions WHERE id = {cursor}) \
+                  AND id < {cursor}))"
+        ));
+    }
+    let sql = format!(
+        "SELECT {COLUMNS} FROM terminal_sessions WHERE {} \
+         ORDER BY created_at DESC, id DESC LIMIT {}",
+        conditions.join(" AND "),
+        i64::from(limit) + 1
+    );
+    let mut select = sqlx::query(&sql);
+    for value in &binds {
+        select = select.bind(value.as_str());
+    }
+    let mut conn = state.db().pool().acquire().await.map_err(DbError::from)?;
+    let found = select.fetch_all(&mut *conn).await.map_err(DbError::from)?;
+    let mut rows = found
+        .iter()
+        .map(SessionRow::from_row)
+        .collect::<Result<Vec<_>, _>>()?;
+    let more = rows.len() > limit as usize;
+    rows.truncate(limit as usize);
+    let next = more.then(|| rows.last().map(|row| row.id)).flatten();
+    Ok(SessionPage { rows, next })
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! | `POST /api/v1/terminal/sessions/{session_id}/attach-challenge` (the session's person) | — | 200 `{nonce, expires_at}` |
 //! | `POST /api/v1/terminal/sessions/{session_id}/attach` (attachTerminalSession; the session's person, step-up or quick reattach, `rl.terminal`) | `client_ephemeral_key_hash`, `step_up_id?`, `device_proof? {nonce, signature}`, `pin_changed?` | 200, as for open |
 //! | `POST /api/v1/terminal/sessions/{session_id}/close` (closeTerminalSession; the person or an owner) | — | 200 `{session_id, state, close_reason}` |
-//! | `GET /api/v1/terminal/sessions` (own sessions; owners with `host_id`: every session of the host) | `?host_id=` | `{sessions[]}` |
+//! | `GET /api/v1/terminal/sessions` (own sessions; owners with `host_id`: every session of the host; keyset paging, newest first) | `?host_id=&state=open\|closed&after=&limit=` | `{sessions[], next?}` |
 //! | `GET /api/v1/terminal/sessions/{session_id}` (the person or an owner) | — | the session |
 //!
 //! Forms checked here: `profile` a string (whether the host offers it is the
@@ -319,19 +319,28 @@ async fn close_terminal_session(
     })))
 }
 
-/// Lists the caller's own sessions, newest first (at most 200); with
+/// Lists the caller's own sessions, newest first, a page at a time; with
 /// `host_id` only those on that host — for an owner every person's there.
 #[utoipa::path(
     get,
     path = "/api/v1/terminal/sessions",
     operation_id = "listTerminalSessions",
     tag = "terminal",
-    params(("host_id" = Option<String>, Query, format = "uuid", description = "Only sessions \
-        on this host.")),
+    params(
+        ("host_id" = Option<String>, Query, format = "uuid", description = "Only sessions \
+            on this host."),
+        ("state" = Option<String>, Query, description = "`open` (every state but closed) \
+            or `closed`; without it every session."),
+        ("after" = Option<String>, Query, format = "uuid", description = "The cursor: \
+            `next` of the previous page."),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 500, description = "The page \
+            size, 1..=500, default 200."),
+    ),
     security(("bearer" = []), ("console_cookie" = [])),
     responses(
         (status = 200, description = "The sessions.", body = TerminalSessionList),
-        (status = 400, description = "`validation_failed`: `/query/host_id` `invalid`, \
+        (status = 400, description = "`validation_failed`: `/query/host_id`, \
+            `/query/after`, `/query/state` or `/query/limit` `invalid`, \
             `unknown_parameter`, `duplicate_parameter`.", body = Problem,
             content_type = PROBLEM_JSON),
         Unauthenticated,
@@ -346,19 +355,37 @@ async fn list_terminal_sessions(
     principal: Principal,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
-    let params = QueryParams::parse(&uri, &["host_id"])?;
-    let host_id = params
-        .get("host_id")
-        .map(|text| {
-            bothy_proto::ids::parse_uuid(text).map_err(|_| query::invalid("host_id", "invalid"))
-        })
-        .transpose()?;
+    let params = QueryParams::parse(&uri, &["host_id", "state", "after", "limit"])?;
+    let open = match params.get("state") {
+        None => None,
+        Some("open") => Some(true),
+        Some("closed") => Some(false),
+        Some(_) => return Err(query::invalid("state", "invalid")),
+    };
+    let query = sessions::ListQuery {
+        host_id: params.uuid("host_id")?,
+        open,
+        after: params.uuid("after")?,
+        limit: match params.integer("limit", 1, i64::from(sessions::LIST_MAX))? {
+            // In 1..=LIST_MAX, so it fits.
+            Some(limit) => u32::try_from(limit).unwrap_or(sessions::LIST_MAX),
+            None => sessions::LIST_DEFAULT,
+        },
+    };
     let now = state.clock().now_ms();
-    let rows = sessions::list(&state, &principal, host_id)
+    let page = sessions::list(&state, &principal, query)
         .await
         .map_err(api)?;
-    let sessions: Vec<Value> = rows.iter().map(|row| row.to_json(&state, now)).collect();
-    Ok(Json(json!({ "sessions": sessions })))
+    let sessions: Vec<Value> = page
+        .rows
+        .iter()
+        .map(|row| row.to_json(&state, now))
+        .collect();
+    let mut body = json!({ "sessions": sessions });
+    if let Some(next) = page.next {
+        body["next"] = Value::from(crate::db::id_text(&next));
+    }
+    Ok(Json(body))
 }
 
 /// Reads one session (its person, or an owner); `404` for anyone else.
@@ -534,4 +561,8 @@ pub struct TerminalSession {
 pub struct TerminalSessionList {
     /// The sessions, newest first.
     pub sessions: Vec<TerminalSession>,
+    /// The cursor of the next page (pass it as `after`); absent on the last
+    /// page.
+    #[schema(required = false, format = "uuid")]
+    pub next: String,
 }
