@@ -690,6 +690,127 @@ async fn an_expired_login_session_ends_in_the_sweep(engine: Engine) {
     );
 }
 
+/// A grant of terminal on the fixture's host to `recipient` (a person or a
+/// group) that expires at `expires_at`; its ID.
+async fn expiring_grant(f: &Fixture, kind: &str, recipient_id: &str, expires_at: i64) -> String {
+    let reply = post(
+        &f.server,
+        "/api/v1/grants",
+        Some(f.alice.token()),
+        json!({"host_id": f.host_id, "recipient_kind": kind, "recipient_id": recipient_id,
+               "expires_at": expires_at}),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "grant: {:?}", reply.body);
+    reply.body["grant"]["id"].as_str().unwrap().to_owned()
+}
+
+/// 8.3 (issue 15 item 12): the expiry of a grant is a revocation. The job
+/// terminal.sweep ends, at the first pass at or after `expires_at`, the
+/// sessions of every person who lost terminal by it (`access_revoked`, one
+/// terminate each), once; a person with another valid grant and an owner
+/// keep theirs; a pass before the instant ends nothing; the permission
+/// version rises.
+async fn an_expired_grant_ends_the_sessions_it_allowed(engine: Engine) {
+    let f = fixture(engine).await;
+    let created = f.server.clock.now_ms();
+    let expires_at = created + 10 * MINUTE;
+    expiring_grant(&f, "person", f.bob.id(), expires_at).await;
+    let bobs = started(&f, f.bob.id(), &f.bob.session).await;
+    let alices = started(&f, f.alice.id(), &f.alice.session).await;
+    let state = &f.server.state;
+    let version = permission_version(&f.server).await;
+
+    sweep::run_once(state.db(), state.config(), expires_at - 1)
+        .await
+        .unwrap();
+    for (id, state) in bobs.iter().zip(["active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+    assert_eq!(permission_version(&f.server).await, version);
+
+    sweep::run_once(state.db(), state.config(), expires_at)
+        .await
+        .unwrap();
+    for id in &bobs {
+        assert_ended(&f, id, f.bob.id(), "access_revoked", created, expires_at).await;
+    }
+    for (id, state) in alices.iter().zip(["active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+    assert!(permission_version(&f.server).await > version);
+    let terminates = |rows: &[identity_common::AuditRow]| {
+        rows.iter()
+            .filter(|row| row.action == "terminal.terminate")
+            .count()
+    };
+    let before = terminates(&audit_rows(&f.server).await);
+    // Handled once: a later pass ends nothing more.
+    sweep::run_once(state.db(), state.config(), expires_at + MINUTE)
+        .await
+        .unwrap();
+    assert_eq!(terminates(&audit_rows(&f.server).await), before);
+
+    // A group grant that expires ends the sessions of its members; a member
+    // who still has their own valid grant keeps theirs.
+    f.server.clock.set(expires_at + MINUTE);
+    let reply = post(
+        &f.server,
+        "/api/v1/groups",
+        Some(f.alice.token()),
+        json!({"name": "night-shift"}),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let group_id = reply.body["group"]["id"].as_str().unwrap().to_owned();
+    let reply = post(
+        &f.server,
+        &format!("/api/v1/groups/{group_id}/members"),
+        Some(f.alice.token()),
+        json!({"person_id": f.bob.id()}),
+    )
+    .await;
+    assert!(reply.status.is_success(), "{:?}", reply.body);
+    let since = f.server.clock.now_ms();
+    let group_expiry = since + 5 * MINUTE;
+    expiring_grant(&f, "group", &group_id, group_expiry).await;
+    let lost = started(&f, f.bob.id(), &f.bob.session).await;
+    sweep::run_once(state.db(), state.config(), group_expiry)
+        .await
+        .unwrap();
+    for id in &lost {
+        assert_ended(&f, id, f.bob.id(), "access_revoked", since, group_expiry).await;
+    }
+    f.server.clock.set(group_expiry + MINUTE);
+    let now = f.server.clock.now_ms();
+    let second_expiry = now + 5 * MINUTE;
+    expiring_grant(&f, "group", &group_id, second_expiry).await;
+    expiring_grant(&f, "person", f.bob.id(), now + 60 * MINUTE).await;
+    let kept = started(&f, f.bob.id(), &f.bob.session).await;
+    sweep::run_once(state.db(), state.config(), second_expiry)
+        .await
+        .unwrap();
+    for (id, state) in kept.iter().zip(["active", "detached"]) {
+        assert_untouched(&f, id, state).await;
+    }
+}
+
+/// An active and a detached session of one login session and device (the
+/// open deadline of an opening would end it in a sweep pass first).
+async fn started(f: &Fixture, person_id: &str, session: &Session) -> Vec<String> {
+    let mut ids = Vec::new();
+    for state in ["active", "detached"] {
+        let row = NewRow {
+            state,
+            person_id,
+            login_session_id: &session.login_session_id,
+            device_id: &session.device_id,
+        };
+        ids.push(insert(f, row).await);
+    }
+    ids
+}
+
 /// `POST /api/v1/persons/{id}/role` with a fresh step-up of `by`.
 async fn set_role(f: &Fixture, by: &Person, person_id: &str, role: &str) -> identity_common::Reply {
     let step_up_id = step_up(&f.server, by).await;
@@ -948,6 +1069,7 @@ async fn removing_the_owner_role_ends_what_sr10_no_longer_allows(engine: Engine)
 }
 
 both_engines!(
+    an_expired_grant_ends_the_sessions_it_allowed,
     removing_the_owner_role_ends_what_sr10_no_longer_allows,
     logout_ends_the_sessions_of_that_login_session,
     revoking_a_login_session_ends_its_sessions,

@@ -579,6 +579,64 @@ pub async fn revoke(
     })
 }
 
+/// The expiry of a grant is a revocation (8.3, "Revocation of the grant,
+/// expiry, ..."): for every grant whose `expires_at` has passed at `now` and
+/// that no earlier pass handled, in its own unit of work, the sessions on its
+/// host of each person who lost terminal by it end with `access_revoked`
+/// (its person or each member of its group, but not owners and not someone
+/// with another valid grant there, exactly as [`revoke`]), the permission
+/// version rises, and the grant is marked (`expiry_swept_at`) so it is never
+/// handled twice. Called by every pass of the job `terminal.sweep` (the role
+/// of `authz.expiry_sweep` in 07 4.1). Returns how many sessions it ended.
+pub async fn end_expired(db: &Db, now: UnixMillis) -> Result<usize, HostError> {
+    let due: Vec<Uuid> = {
+        let mut conn = db.pool().acquire().await.map_err(DbError::from)?;
+        let rows = sqlx::query(
+            "SELECT id FROM grants \
+             WHERE expiry_swept_at IS NULL AND revoked_at IS NULL \
+               AND expires_at IS NOT NULL AND expires_at <= $1 \
+             ORDER BY expires_at, id",
+        )
+        .bind(now)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(DbError::from)?;
+        rows.iter()
+            .map(|row| db::get_uuid(row, "id"))
+            .collect::<Result<_, _>>()?
+    };
+    let mut ended = 0;
+    for grant_id in due {
+        let mut uow = db.begin(now).await?;
+        let Some(grant) = get(uow.conn(), grant_id).await? else {
+            continue;
+        };
+        // Locked like every rights change on a host (see `revoke`).
+        hosts::load_for_update(&mut uow, grant.host_id).await?;
+        let marked = sqlx::query(
+            "UPDATE grants SET expiry_swept_at = $1 \
+             WHERE id = $2 AND expiry_swept_at IS NULL AND revoked_at IS NULL",
+        )
+        .bind(now)
+        .bind(db::id_text(&grant_id))
+        .execute(uow.conn())
+        .await
+        .map_err(DbError::from)?;
+        if marked.rows_affected() != 1 {
+            // Revoked or handled by another pass meanwhile.
+            continue;
+        }
+        super::bump_version(&mut uow).await?;
+        let persons = match grant.recipient_kind {
+            RecipientKind::Person => vec![grant.recipient_id],
+            RecipientKind::Group => groups::members(uow.conn(), grant.recipient_id).await?,
+        };
+        ended += end_lost(&mut uow, grant.host_id, &persons).await?;
+        uow.commit().await?;
+    }
+    Ok(ended)
+}
+
 async fn person_for_membership(uow: &mut UnitOfWork, person_id: Uuid) -> Result<(), HostError> {
     let person = persons::get(uow.conn(), person_id).await?;
     if person.is_none_or(|person| person.status == PersonStatus::Deleted) {

@@ -45,7 +45,10 @@
 //! `opening` keeps its grant time, so check 3 ends it. With several nodes
 //! another node may hold the session, so nothing is released.
 //!
-//! The pass also records due key statuses ([`super::keys::promote_due`]).
+//! The pass also ends the sessions that expired grants took away (8.3,
+//! [`crate::permissions::grants::end_expired`]: the expiry is a revocation,
+//! `access_revoked`) and records due key statuses
+//! ([`super::keys::promote_due`]).
 
 use std::time::Duration;
 
@@ -263,6 +266,18 @@ pub async fn run_once(db: &Db, config: &Config, now: UnixMillis) -> Result<Vec<S
     for session_id in due {
         if let Some(done) = end_if_due(db, &limits, session_id, now).await? {
             swept.push(done);
+        }
+    }
+    // 8.3: an expired grant is a revocation; its sessions end at the first
+    // pass after `expires_at` (at most `terminal.sweep_interval` late).
+    match crate::permissions::grants::end_expired(db, now).await {
+        Ok(0) => {}
+        Ok(ended) => tracing::info!(
+            sessions = ended,
+            "terminal.sweep: expired grants ended sessions"
+        ),
+        Err(error) => {
+            tracing::warn!(%error, "terminal.sweep: ending the sessions of expired grants failed")
         }
     }
     if let Err(error) = keys::promote_due(db, &KeyPolicy::from_config(config), now).await {
