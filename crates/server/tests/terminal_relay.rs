@@ -811,6 +811,67 @@ async fn host_refusal_of_an_attach_ends_a_started_session_on_4104_only(engine: E
     assert_eq!(f.unpaired("client") + f.unpaired("host"), 0);
 }
 
+/// Reads `ws` in a task until it ends (tungstenite answers each ping while
+/// reading); the number of pings seen so far.
+fn answering(mut ws: support::ws::Ws) -> Arc<std::sync::atomic::AtomicUsize> {
+    use futures_util::StreamExt;
+    let pings = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::clone(&pings);
+    tokio::spawn(async move {
+        while let Some(Ok(message)) = ws.next().await {
+            if matches!(message, Message::Ping(_)) {
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    pings
+}
+
+/// Issue 15 item 9: the relay pings a silent side (gateway.ping_interval) and
+/// drops one that sends nothing for gateway.ping_timeout after a ping, as a
+/// lost connection. A device that vanished without a reset (it stops
+/// reading: no pong) makes its started session detached (6.2) while the host
+/// side, answering every ping, stays; a host side that stops answering tells
+/// its device 4102 and the session is detached. Pings are not input (no
+/// bytes counted).
+async fn a_side_that_answers_no_ping_is_dropped_as_lost(engine: Engine) {
+    let f = fixture_with(
+        engine,
+        "gateway:\n  ping_interval: 100ms\n  ping_timeout: 300ms\n",
+    )
+    .await;
+    let id = f.session("detached").await;
+    let (h, d) = paired(&f, id).await;
+    wait_state(&f, id, "active").await;
+    let host_pings = answering(h);
+    // `d` is never read again: no pong.
+    wait_state(&f, id, "detached").await;
+    f.sides(id, false, true).await;
+    // The host side answered several pings meanwhile and stays.
+    wait_until(|| host_pings.load(std::sync::atomic::Ordering::SeqCst) >= 5).await;
+    f.sides(id, false, true).await;
+    assert_eq!(f.state_of(id).await, "detached");
+    let (.., bytes_in, bytes_out, last_input) = f.row(id).await;
+    assert_eq!(
+        (bytes_in, bytes_out, last_input),
+        (0, 0, None),
+        "pings are no input"
+    );
+    drop(d);
+
+    // A host side that stops answering: the device gets 4102, detached.
+    let id = f.session("detached").await;
+    let (h, mut d) = paired(&f, id).await;
+    wait_state(&f, id, "active").await;
+    assert_eq!(
+        closed(&mut d).await,
+        (4102, "terminal_host_unavailable".into())
+    );
+    wait_state(&f, id, "detached").await;
+    f.sides(id, false, false).await;
+    drop(h);
+}
+
 async fn newer_device_replaces_the_older(engine: Engine) {
     let f = fixture(engine).await;
     let id = f.session("detached").await;
@@ -1244,6 +1305,7 @@ both_engines!(
     lone_sides_of_a_started_session,
     host_4104_handed_to_the_device,
     host_refusal_of_an_attach_ends_a_started_session_on_4104_only,
+    a_side_that_answers_no_ping_is_dropped_as_lost,
     newer_device_replaces_the_older,
     device_leaving_detaches,
     an_end_closes_both_sides_with_4100,

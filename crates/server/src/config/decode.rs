@@ -237,6 +237,8 @@ fn gateway(s: &Section<'_>) -> Result<GatewayConfig, ConfigError> {
     let d = GatewayConfig::default();
     Ok(GatewayConfig {
         write_timeout: s.duration("write_timeout", d.write_timeout, POSITIVE)?,
+        ping_interval: s.duration("ping_interval", d.ping_interval, POSITIVE)?,
+        ping_timeout: s.duration("ping_timeout", d.ping_timeout, POSITIVE)?,
     })
 }
 

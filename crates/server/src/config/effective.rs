@@ -99,6 +99,8 @@ pub(crate) fn to_redacted_yaml(c: &Config) -> String {
 
     w.section("gateway");
     w.duration("write_timeout", c.gateway.write_timeout);
+    w.duration("ping_interval", c.gateway.ping_interval);
+    w.duration("ping_timeout", c.gateway.ping_timeout);
 
     w.section("identity");
     w.duration(

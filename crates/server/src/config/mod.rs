@@ -67,6 +67,8 @@
 //! | `sync.ws_max_frame_bytes` | 65536 | 3.5 (largest text frame of the control connection); 1024..=16777216 |
 //! | `sync.outbound_queue_max` | 256 | 3.5 (full queue: 4014); 1..=1000000 |
 //! | `gateway.write_timeout` | 10s | 3.5 (missed write deadline: 4014) |
+//! | `gateway.ping_interval` | 15s | 6.2 (the relay pings a side this long silent) |
+//! | `gateway.ping_timeout` | 20s | 6.2 (no frame this long after a ping: the side is lost) |
 //! | `identity.last_active_granularity` | 60s | 3.5 (`last_seen_at` writes) |
 //! | `host.os_user_max_chars` | 32 | 3.2 (session user names); 1..=256 |
 //! | `signing_key.cache_ttl` | 5m | 5.3 |
@@ -324,12 +326,20 @@ impl Default for SyncConfig {
 pub struct GatewayConfig {
     /// Deadline of one WebSocket write; missed: 4014 (3.5).
     pub write_timeout: Duration,
+    /// The relay pings each side of a session (device stream, host data
+    /// connection) after this long without a frame from it.
+    pub ping_interval: Duration,
+    /// A side that sends no frame (a pong or anything else) for this long
+    /// after a ping is dead: the relay drops it as a lost connection (6.2).
+    pub ping_timeout: Duration,
 }
 
 impl Default for GatewayConfig {
     fn default() -> Self {
         GatewayConfig {
             write_timeout: Duration::from_secs(10),
+            ping_interval: Duration::from_secs(15),
+            ping_timeout: Duration::from_secs(20),
         }
     }
 }

@@ -109,7 +109,11 @@ pub(crate) const TERMINAL: &[Key] = &[
 
 pub(crate) const SYNC: &[Key] = &[scalar("ws_max_frame_bytes"), scalar("outbound_queue_max")];
 
-pub(crate) const GATEWAY: &[Key] = &[scalar("write_timeout")];
+pub(crate) const GATEWAY: &[Key] = &[
+    scalar("write_timeout"),
+    scalar("ping_interval"),
+    scalar("ping_timeout"),
+];
 
 pub(crate) const IDENTITY: &[Key] = &[scalar("last_active_granularity")];
 

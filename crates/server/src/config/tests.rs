@@ -92,6 +92,8 @@ fn empty_file_is_every_default() {
     assert_eq!(c.sync.ws_max_frame_bytes, 65_536);
     assert_eq!(c.sync.outbound_queue_max, 256);
     assert_eq!(c.gateway.write_timeout, secs(10));
+    assert_eq!(c.gateway.ping_interval, secs(15));
+    assert_eq!(c.gateway.ping_timeout, secs(20));
     assert_eq!(c.identity.last_active_granularity, secs(60));
     assert_eq!(c.host.os_user_max_chars, 32);
     assert_eq!(c.signing_key.cache_ttl, secs(300));
@@ -645,7 +647,7 @@ fn everything_changed() -> Config {
          \x20 relay_stall_timeout: 11s\n  host_heartbeat_interval: 21s\n  host_heartbeat_miss_limit: 4\n  host_auth_timeout: 11s\n  sweep_interval: 31s\n\
          \x20 host_duplicate_probe_timeout: 6s\n\
          sync:\n  ws_max_frame_bytes: 65537\n  outbound_queue_max: 257\n\
-         gateway:\n  write_timeout: 11s\n\
+         gateway:\n  write_timeout: 11s\n  ping_interval: 16s\n  ping_timeout: 21s\n\
          identity:\n  last_active_granularity: 61s\n\
          host:\n  os_user_max_chars: 33\n\
          signing_key:\n  cache_ttl: 6m\n\

@@ -3,17 +3,24 @@
 //! the counterpart sent, and close when the relay, the shutdown or the peer
 //! says so.
 //!
+//! Keepalive: a side silent for `gateway.ping_interval` gets a WebSocket
+//! ping; one that sends no frame for `gateway.ping_timeout` after it is lost
+//! (dropped without a close, like a broken connection: a lost device
+//! detaches the session, 6.2; a lost host side tells its device 4102).
+//!
 //! Close codes of this loop: 4002 for a text frame or a broken frame; 4013 at
 //! shutdown; whatever the relay sends ([`super::Command::Close`]): 4100, 4102,
 //! 4103, 4014, 1000 or a code handed over from the host (4101, 4104).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use bothy_proto::codes::CloseCode;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{FutureExt, SinkExt, StreamExt};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::pipe::{PipeReceiver, PipeSender};
@@ -50,7 +57,10 @@ pub(crate) async fn run(
         stats,
     } = joined;
     let (mut sink, mut stream) = websocket.split();
-    let write_timeout = state.config().gateway.write_timeout;
+    let gateway = &state.config().gateway;
+    let write_timeout = gateway.write_timeout;
+    let alive = Liveness::new();
+    let (ping_tx, ping_rx) = mpsc::channel(1);
     let end = {
         let reader = read_loop(
             &state,
@@ -60,10 +70,18 @@ pub(crate) async fn run(
             &outgoing,
             &linked,
             &stats,
+            &alive,
         );
-        let writer = write_loop(&mut sink, paired);
+        let writer = write_loop(&mut sink, paired, ping_rx);
+        let keepalive = keepalive(
+            &alive,
+            &ping_tx,
+            gateway.ping_interval,
+            gateway.ping_timeout,
+        );
         tokio::pin!(reader);
         tokio::pin!(writer);
+        tokio::pin!(keepalive);
         tokio::select! {
             biased;
             () = guard.triggered() => End::Close(
@@ -76,6 +94,13 @@ pub(crate) async fn run(
             },
             end = &mut reader => end,
             () = &mut writer => End::Gone,
+            () = &mut keepalive => {
+                // No frame, not even a pong, since a ping: the peer is gone
+                // without a reset (a device whose network vanished); the
+                // relay treats it as a lost connection (6.2: detached).
+                tracing::info!(side = side.as_str(), "a relay side answered no ping in time");
+                End::Gone
+            }
         }
     };
     drop(outgoing);
@@ -102,8 +127,76 @@ pub(crate) async fn run(
     drop(guard);
 }
 
+/// When a side last sent a frame, for the keepalive: milliseconds of
+/// tokio's monotonic clock since the side joined. Network liveness is real
+/// elapsed time, not a deadline of the spec, so it does not run on the
+/// server's injected clock (whose jumps in tests would kill live peers).
+struct Liveness {
+    start: Instant,
+    last_frame_ms: AtomicU64,
+}
+
+impl Liveness {
+    fn new() -> Liveness {
+        Liveness {
+            start: Instant::now(),
+            last_frame_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn elapsed_ms(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// A frame arrived now.
+    fn seen(&self) {
+        self.last_frame_ms
+            .store(self.elapsed_ms(), Ordering::Relaxed);
+    }
+
+    fn last_frame_ms(&self) -> u64 {
+        self.last_frame_ms.load(Ordering::Relaxed)
+    }
+}
+
+/// Asks the writer for a ping whenever the side was silent for `interval`,
+/// and returns when a ping stayed without any frame for `timeout`.
+async fn keepalive(
+    alive: &Liveness,
+    pings: &mpsc::Sender<()>,
+    interval: Duration,
+    timeout: Duration,
+) {
+    let interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+    let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
+    // The time of the ping that no frame has answered yet.
+    let mut outstanding: Option<u64> = None;
+    loop {
+        let now = alive.elapsed_ms();
+        let last = alive.last_frame_ms();
+        let wake_at = match outstanding {
+            Some(sent) if last >= sent => {
+                outstanding = None;
+                continue;
+            }
+            Some(sent) if now.saturating_sub(sent) >= timeout_ms => return,
+            Some(sent) => sent.saturating_add(timeout_ms),
+            None if now.saturating_sub(last) >= interval_ms => {
+                // A full queue means a ping is on its way already.
+                let _ = pings.try_send(());
+                outstanding = Some(now);
+                continue;
+            }
+            None => last.saturating_add(interval_ms),
+        };
+        let wait = wake_at.saturating_sub(now).max(1);
+        tokio::time::sleep(Duration::from_millis(wait)).await;
+    }
+}
+
 /// Reads the socket; each binary message waits for room toward the
 /// counterpart, then goes into the pipe unchanged.
+#[allow(clippy::too_many_arguments)]
 async fn read_loop(
     state: &AppState,
     session_id: Uuid,
@@ -112,13 +205,16 @@ async fn read_loop(
     outgoing: &PipeSender,
     linked: &std::sync::atomic::AtomicBool,
     stats: &super::Stats,
+    alive: &Liveness,
 ) -> End {
     let stall_timeout = millis(state.config().terminal.relay_stall_timeout);
     // After a slow receiver was told 4014 this link forwards nothing more,
     // so the receiver sees a gap-free prefix (docs/decisions.md D-80).
     let mut dead = false;
     loop {
-        let message = match stream.next().await {
+        let next = stream.next().await;
+        alive.seen();
+        let message = match next {
             Some(Ok(Message::Binary(bytes))) => bytes,
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
             Some(Ok(Message::Close(frame))) => {
@@ -185,24 +281,54 @@ async fn read_loop(
     }
 }
 
-/// Writes what the counterpart sent, once paired; gives the room of each
-/// message back after its write. Never ends while the peer may still send.
+/// Writes what the counterpart sent, once paired, and the keepalive's pings;
+/// gives the room of each message back after its write. Ends only when a
+/// write fails (never while the peer may still send: after the counterpart
+/// left, the relay says what happens next).
 async fn write_loop(
     sink: &mut SplitSink<WebSocket, Message>,
     paired: tokio::sync::oneshot::Receiver<PipeReceiver>,
+    mut pings: mpsc::Receiver<()>,
 ) {
-    let Ok(mut incoming) = paired.await else {
-        return std::future::pending().await;
-    };
-    while let Some(message) = incoming.recv().await {
-        let len = message.len();
-        if sink.send(Message::Binary(message)).await.is_err() {
-            return;
+    let mut paired = Some(paired);
+    let mut incoming: Option<PipeReceiver> = None;
+    loop {
+        tokio::select! {
+            Some(()) = pings.recv() => {
+                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                    return;
+                }
+            }
+            received = async {
+                match paired.as_mut() {
+                    Some(paired) => paired.await,
+                    None => std::future::pending().await,
+                }
+            }, if paired.is_some() => {
+                paired = None;
+                incoming = received.ok();
+            }
+            message = async {
+                match incoming.as_mut() {
+                    Some(incoming) => incoming.recv().await,
+                    None => std::future::pending().await,
+                }
+            }, if incoming.is_some() => {
+                let Some(message) = message else {
+                    incoming = None;
+                    continue;
+                };
+                let len = message.len();
+                if sink.send(Message::Binary(message)).await.is_err() {
+                    return;
+                }
+                if let Some(incoming) = incoming.as_ref() {
+                    incoming.written(len);
+                }
+            }
+            else => std::future::pending::<()>().await,
         }
-        incoming.written(len);
     }
-    // The counterpart left: the relay says what happens next.
-    std::future::pending().await
 }
 
 /// Sends the close frame (at most `write_timeout`), then waits for the peer's.
