@@ -1,8 +1,23 @@
 //! The reconnect delays of the control connection (3.5 "Host service"):
 //! exponential backoff with full jitter from `host_service.reconnect_backoff_base`
 //! to `host_service.reconnect_backoff_cap`, reset after a `ready`.
+//!
+//! After a connection that reached `ready` (a healthy one) breaks, the
+//! ceiling stays at most [`HEALTHY_CAP`] for the first
+//! `reconnect_backoff_cap` of the outage, and only then grows to the cap: a
+//! server restart or a short network loss is over within seconds, and a host
+//! that waited up to the full cap (5 minutes) after a 30-second outage would
+//! stay away from its people for no reason (docs/decisions.md D-325). A host
+//! that never got `ready` (refused logins, an unreachable server from the
+//! start) backs off to the full cap as before.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// The ceiling of the delays in the first part of an outage that follows a
+/// healthy connection (at most the configured cap, at least the base).
+pub const HEALTHY_CAP: Duration = Duration::from_secs(10);
 
 /// The state of the backoff.
 #[derive(Debug, Clone)]
@@ -10,6 +25,10 @@ pub struct Backoff {
     base: Duration,
     cap: Duration,
     attempt: u32,
+    /// The last connection reached `ready`.
+    healthy: bool,
+    /// When the first delay of the current outage was asked for.
+    outage_since: Option<Instant>,
 }
 
 impl Backoff {
@@ -19,26 +38,54 @@ impl Backoff {
             base,
             cap: cap.max(base),
             attempt: 0,
+            healthy: false,
+            outage_since: None,
         }
     }
 
-    /// After a `ready`: the next failure starts from the base again.
+    /// After a `ready`: the next failure starts from the base again, and the
+    /// outage after this healthy connection is capped low at first.
     pub fn reset(&mut self) {
         self.attempt = 0;
+        self.healthy = true;
+        self.outage_since = None;
     }
 
-    /// The ceiling of the next delay: `base * 2^attempt`, at most the cap.
-    pub fn ceiling(&self) -> Duration {
+    /// The ceiling of the next delay at `now`: `base * 2^attempt`, at most
+    /// the cap of the outage's phase.
+    pub fn ceiling_at(&self, now: Instant) -> Duration {
         let factor = 1u32.checked_shl(self.attempt.min(31)).unwrap_or(u32::MAX);
-        self.base.saturating_mul(factor).min(self.cap)
+        self.base.saturating_mul(factor).min(self.cap_at(now))
     }
 
-    /// The next delay: uniformly random from zero to the ceiling ("full
-    /// jitter"); the ceiling doubles for the attempt after.
-    pub fn next_delay(&mut self) -> Duration {
-        let ceiling = self.ceiling();
+    /// The ceiling of the next delay now.
+    pub fn ceiling(&self) -> Duration {
+        self.ceiling_at(Instant::now())
+    }
+
+    fn cap_at(&self, now: Instant) -> Duration {
+        let young = self
+            .outage_since
+            .is_none_or(|since| now.saturating_duration_since(since) < self.cap);
+        if self.healthy && young {
+            self.cap.min(HEALTHY_CAP.max(self.base))
+        } else {
+            self.cap
+        }
+    }
+
+    /// The next delay at `now`: uniformly random from zero to the ceiling
+    /// ("full jitter"); the ceiling doubles for the attempt after.
+    pub fn next_delay_at(&mut self, now: Instant) -> Duration {
+        self.outage_since.get_or_insert(now);
+        let ceiling = self.ceiling_at(now);
         self.attempt = self.attempt.saturating_add(1);
         random_below(ceiling)
+    }
+
+    /// The next delay now.
+    pub fn next_delay(&mut self) -> Duration {
+        self.next_delay_at(Instant::now())
     }
 
     /// The cap (4111 waits it before each attempt; 4008 without retry_after).
@@ -91,6 +138,54 @@ mod tests {
             b.next_delay();
         }
         assert_eq!(b.ceiling(), Duration::from_secs(5), "no overflow");
+    }
+
+    /// Issue 15 item 10: after a healthy connection the outage is capped at
+    /// HEALTHY_CAP for the first `cap` of it (a 30-second server restart costs
+    /// at most ten more seconds, not a minute), then the full cap; without a
+    /// ready before, the full cap at once.
+    #[test]
+    fn an_outage_after_a_healthy_connection_is_capped_low_at_first() {
+        let cap = Duration::from_secs(300);
+        let mut b = Backoff::new(Duration::from_secs(1), cap);
+        let start = Instant::now();
+        let mut ceilings = Vec::new();
+        for _ in 0..8 {
+            ceilings.push(b.ceiling_at(start).as_secs());
+            b.next_delay_at(start);
+        }
+        assert_eq!(
+            ceilings,
+            [1, 2, 4, 8, 16, 32, 64, 128],
+            "never ready: to the cap"
+        );
+        b.reset();
+        let mut ceilings = Vec::new();
+        for i in 0..8 {
+            let now = start + Duration::from_secs(5 * i);
+            ceilings.push(b.ceiling_at(now).as_secs());
+            b.next_delay_at(now);
+        }
+        assert_eq!(ceilings, [1, 2, 4, 8, 10, 10, 10, 10]);
+        // Past `cap` of outage the ceiling grows to the cap again.
+        let late = start + cap + Duration::from_secs(5);
+        assert_eq!(b.ceiling_at(late), Duration::from_secs(256));
+        for _ in 0..4 {
+            b.next_delay_at(late);
+        }
+        assert_eq!(b.ceiling_at(late), cap);
+        // A new ready starts a new, young outage.
+        b.reset();
+        b.next_delay_at(late);
+        b.next_delay_at(late);
+        assert_eq!(b.ceiling_at(late), Duration::from_secs(4));
+        // A cap below HEALTHY_CAP stays the cap.
+        let mut small = Backoff::new(Duration::from_secs(1), Duration::from_secs(3));
+        small.reset();
+        for _ in 0..4 {
+            small.next_delay_at(start);
+        }
+        assert_eq!(small.ceiling_at(start), Duration::from_secs(3));
     }
 
     #[test]
