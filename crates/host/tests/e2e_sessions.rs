@@ -26,7 +26,7 @@ use bothy_noise::EphemeralKey;
 use bothy_proto::frame::{Frame, TerminalSize};
 use bothy_proto::jws::{Att, Ed25519SigningKey, TerminalSessionClaims, ephemeral_key_hash};
 use bothy_server::db::Engine;
-use e2e_common::{DeviceSession, Options, Scenario, refused};
+use e2e_common::{DeviceSession, Options, Scenario, refused, revoked, start_background};
 use hosts_common::{Person, invited_person};
 use identity_common::post_empty;
 use serde_json::json;
@@ -73,15 +73,6 @@ async fn a_shell_runs_as_the_session_user_and_its_exit_code_arrives() {
 
 fn size() -> TerminalSize {
     TerminalSize::new(100, 30).expect("size")
-}
-
-/// Starts two background processes that leave the shell's session and
-/// process group (`setsid`, `nohup ... &`) and waits until they run.
-async fn start_background(device: &mut DeviceSession) {
-    device
-        .type_text("setsid sleep 1000 & nohup sleep 1001 >/dev/null 2>&1 & echo BG\"\"OK\n")
-        .await;
-    device.expect_output("BGOK").await;
 }
 
 /// Reattach replays the scrollback between replay_begin and replay_end, then
@@ -380,6 +371,76 @@ async fn an_attach_with_a_faulty_or_missing_start_ends_or_keeps_the_session() {
         .await;
 }
 
+/// TM-T04 end to end for an expired token (issue 15 item 13): a token whose
+/// exp lies before the host's clock minus the leeway of the data
+/// connection's hello — here signed by a key the server publishes as
+/// `retiring` (inserted into its table, so it is in the JWKS of every hello),
+/// as a relay that held message 1 back for hours would present it — reaches
+/// the host on a real data connection of a real attach: 4101 token_expired,
+/// no new PTY, the session stays detached and a correct attach replays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t04_an_expired_token_on_a_real_data_connection_is_4101() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let mut device = scenario.open_shell().await;
+    device.type_text("echo MA\"\"RK\n").await;
+    device.expect_output("MARK").await;
+    let session_id = device.session_id;
+    let processes = scenario.session_processes(0).len();
+    drop(device);
+    scenario.wait_state(session_id, "detached").await;
+    // A published key of the server's whose private half the test holds.
+    let key = Ed25519SigningKey::generate().expect("key");
+    let now = e2e_common::real_now_ms();
+    sqlx::query(
+        "INSERT INTO server_signing_keys (id, purpose, kid, public_jwk, private_sealed, status, \
+             created_at, activates_at, activated_at, retiring_at, published_until, retired_at) \
+         VALUES ($1, 'terminal', $2, $3, NULL, 'retiring', $4, $4, $4, $4, $5, NULL)",
+    )
+    .bind(
+        bothy_proto::ids::uuid_v7(now as u64)
+            .expect("id")
+            .hyphenated()
+            .to_string(),
+    )
+    .bind(key.kid())
+    .bind(key.public_jwk().to_json())
+    .bind(now - 4 * 3_600_000)
+    .bind(now + 24 * 3_600_000)
+    .execute(scenario.server.state.db().pool())
+    .await
+    .expect("a retiring key");
+    let (grant, ephemeral) = scenario.attach_raw(&scenario.owner, session_id).await;
+    // Expired by three hours; the scenario's leeway is one hour.
+    let then = now / 1000 - 3 * 3600;
+    let expired = TerminalSessionClaims {
+        iss: "bothy".into(),
+        aud: scenario.host_uuid(),
+        sub: uuid::Uuid::parse_str(scenario.owner.id()).expect("uuid"),
+        sid: session_id,
+        jti: bothy_proto::ids::uuid_v7(now as u64).expect("id"),
+        iat: then - 30,
+        exp: then,
+        dev: uuid::Uuid::from_u128(8),
+        prf: "shell".into(),
+        cek: ephemeral_key_hash(&ephemeral.public()),
+        own: true,
+        osu: scenario.users[0].name.clone(),
+        wdi: None,
+        att: Att::Attach,
+    }
+    .sign(&key);
+    assert_eq!(
+        scenario
+            .refused_message1(&scenario.owner, &grant, ephemeral, &expired)
+            .await,
+        (4101, "token_expired".to_owned())
+    );
+    assert_eq!(scenario.session_processes(0).len(), processes, "no new PTY");
+    scenario.wait_state(session_id, "detached").await;
+    let mut again = scenario.attach(&scenario.owner, session_id, size()).await;
+    again.expect_output("MARK").await;
+}
+
 /// TM-T05: messages 1 and 2 complete, but no start: no PTY; the opening ends
 /// open_failed with open_timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -416,33 +477,6 @@ async fn tm_t05_without_start_no_pty_starts() {
         ("open_failed", Some("open_timeout"))
     );
     assert!(scenario.session_processes(0).is_empty(), "no PTY started");
-}
-
-/// Opens a shell as `person` (session user `index`) with two background
-/// processes, runs `revoke`, and checks the device's 4100 with `reason`, the
-/// stored close_reason, and that nothing of the session survives.
-async fn revoked<F, Fut>(
-    scenario: &Scenario,
-    person: &Person,
-    index: usize,
-    reason: &str,
-    revoke: F,
-) where
-    F: FnOnce(uuid::Uuid) -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    let mut device = scenario.open_as(person, "shell", size()).await;
-    start_background(&mut device).await;
-    // `setsid` forks once more inside the background job: wait for it.
-    scenario.wait_session_processes(index, 3).await;
-    revoke(device.session_id).await;
-    assert_eq!(
-        device.expect_close().await,
-        (4100, reason.to_owned()),
-        "{reason}"
-    );
-    assert_eq!(scenario.closed(device.session_id).await.0, reason);
-    scenario.wait_no_session_processes(index).await;
 }
 
 /// TM-T10 on the host: every revocation the server offers ends the session,

@@ -55,6 +55,7 @@ const HD1: &str = "hd1_user";
 const HD2: &str = "hd2_groups";
 const HD3: &str = "hd3_sudo";
 const HD6: &str = "hd6_llm_login";
+const HD8: &str = "hd8_separation";
 
 /// What a case changes before the service starts again: the configuration
 /// (an edit of its text) and/or the machine (a guard that undoes it on drop).
@@ -329,6 +330,41 @@ async fn two_identical_session_users() {
         Options::default(),
         |s| session_users(s, &[s.users[0].name.as_str(), s.users[0].name.as_str()]),
         hd(HD1, "session_user_duplicate"),
+    )
+    .await;
+}
+
+/// Restores the mode of a folder on drop.
+struct ModeGuard {
+    path: PathBuf,
+    mode: u32,
+}
+
+impl Drop for ModeGuard {
+    fn drop(&mut self) {
+        let _ = std::fs::set_permissions(&self.path, std::fs::Permissions::from_mode(self.mode));
+    }
+}
+
+/// TM-T22 through the real service (issue 15 item 13): a state directory that
+/// a session user may list and enter (mode 0755) refuses the start with HD8
+/// `state_access_for_session_user`: exit 78, not restarted, exactly one
+/// report, no session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t22_a_state_directory_open_to_a_session_user() {
+    refused_start(
+        Options::default(),
+        |s| {
+            let path = s.state_dir.clone();
+            let mode = std::fs::metadata(&path)
+                .expect("state dir")
+                .permissions()
+                .mode()
+                & 0o7777;
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            Cause::held(ModeGuard { path, mode })
+        },
+        hd(HD8, "state_access_for_session_user"),
     )
     .await;
 }

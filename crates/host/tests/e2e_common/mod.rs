@@ -75,6 +75,9 @@ pub struct Options {
     /// Extra keys of the server's `terminal` section (YAML lines indented by
     /// two spaces).
     pub extra_terminal_yaml: String,
+    /// Extra top-level sections of the server's configuration (not `auth`,
+    /// `rl` or `terminal`, which [`SERVER_YAML`] has).
+    pub extra_server_yaml: String,
     /// The declaration at the confirmation.
     pub llm_credentials: &'static str,
     /// `HTTPS_PROXY` for `pair` and the service (through supervise).
@@ -82,6 +85,11 @@ pub struct Options {
     /// Extra environment of supervise (test seams `BOTHY_HOST_TEST_*`, which
     /// supervise hands to the service).
     pub extra_env: Vec<(String, PathBuf)>,
+    /// Run `pair`, `supervise` and every `bothy-host` command in a network
+    /// namespace of their own ([`HostNetwork`]): the server is then another
+    /// machine for the host (not the server host of 2.3, so non-owners may
+    /// open), and the test can cut the host's network without a reset.
+    pub own_network: bool,
 }
 
 impl Default for Options {
@@ -90,10 +98,150 @@ impl Default for Options {
             session_users: 1,
             extra_host_yaml: String::new(),
             extra_terminal_yaml: String::new(),
+            extra_server_yaml: String::new(),
             llm_credentials: "none",
             https_proxy: None,
             extra_env: Vec::new(),
+            own_network: false,
         }
+    }
+}
+
+/// A network namespace for the host service with a veth pair to this one:
+/// `10.231.X.(4k+2)` inside, `10.231.X.(4k+1)` here, and a TCP forwarder
+/// here from that address and the server's port to the server's loopback
+/// listener. Inside, `/etc/hosts` (`/etc/netns/<name>/hosts`, mounted over
+/// it, [`HostNetwork::command`]) resolves `localhost` to the outer address, so the
+/// host service reaches the server under the name of its certificate while
+/// the name resolves to no address of its own (HD5 passes: not the server
+/// host). Removed on drop.
+pub struct HostNetwork {
+    name: String,
+    outer_link: String,
+    forwarder: tokio::task::JoinHandle<()>,
+}
+
+impl HostNetwork {
+    async fn create(server_port: u16) -> HostNetwork {
+        // Unique among the scenarios of this machine: the process and a count.
+        static COUNT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let count = COUNT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let pid = std::process::id();
+        let name = format!("bt{:06x}{:02x}", pid & 0xff_ffff, count & 0xff);
+        let outer_link = format!("{name}a");
+        let inner_link = format!("{name}b");
+        let (x, k) = (pid % 256, (pid / 256 + count) % 64);
+        let outer = format!("10.231.{x}.{}", k * 4 + 1);
+        let inner = format!("10.231.{x}.{}", k * 4 + 2);
+        let ip = |args: &[&str]| {
+            let out = Command::new("ip").args(args).output().expect("ip runs");
+            assert!(out.status.success(), "ip {args:?}: {out:?}");
+        };
+        ip(&["netns", "add", &name]);
+        // Owns what exists from here on, so a failed step below cleans up.
+        let mut network = HostNetwork {
+            name: name.clone(),
+            outer_link: outer_link.clone(),
+            forwarder: tokio::spawn(async {}),
+        };
+        ip(&[
+            "link",
+            "add",
+            &outer_link,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &inner_link,
+        ]);
+        ip(&["link", "set", &inner_link, "netns", &name]);
+        ip(&["addr", "add", &format!("{outer}/30"), "dev", &outer_link]);
+        ip(&["link", "set", &outer_link, "up"]);
+        ip(&[
+            "netns",
+            "exec",
+            &name,
+            "ip",
+            "addr",
+            "add",
+            &format!("{inner}/30"),
+            "dev",
+            &inner_link,
+        ]);
+        ip(&[
+            "netns",
+            "exec",
+            &name,
+            "ip",
+            "link",
+            "set",
+            &inner_link,
+            "up",
+        ]);
+        ip(&["netns", "exec", &name, "ip", "link", "set", "lo", "up"]);
+        let etc = PathBuf::from("/etc/netns").join(&name);
+        fs::create_dir_all(&etc).expect("netns etc");
+        fs::write(etc.join("hosts"), format!("{outer} localhost\n")).expect("netns hosts");
+        let listener = tokio::net::TcpListener::bind((
+            outer.parse::<std::net::Ipv4Addr>().expect("address"),
+            server_port,
+        ))
+        .await
+        .expect("forwarder binds");
+        network.forwarder = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    if let Ok(mut outbound) =
+                        tokio::net::TcpStream::connect(("127.0.0.1", server_port)).await
+                    {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+        });
+        network
+    }
+
+    /// `program` inside the namespace. Not `ip netns exec`, which mounts a
+    /// fresh /sys and so hides the cgroup2 mount that supervise needs: only
+    /// the network namespace is entered (`nsenter`), and a private mount
+    /// namespace (`unshare`) bind-mounts the namespace's hosts file over
+    /// /etc/hosts. Every step execs, so the PID is the program's.
+    fn command(&self, program: &std::path::Path) -> Command {
+        let hosts = PathBuf::from("/etc/netns").join(&self.name).join("hosts");
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!("--net=/run/netns/{}", self.name))
+            .args(["--", "unshare", "--mount", "--propagation", "private", "--"])
+            .args(["sh", "-c", "mount --bind \"$0\" /etc/hosts && exec \"$@\""])
+            .arg(hosts)
+            .arg(program);
+        command
+    }
+
+    /// Cuts (or restores) the host's network without a reset: the outer end
+    /// of the veth pair goes down, so packets are dropped and no side learns
+    /// of it from a RST or a FIN.
+    pub fn set_up(&self, up: bool) {
+        let state = if up { "up" } else { "down" };
+        let out = Command::new("ip")
+            .args(["link", "set", &self.outer_link, state])
+            .output()
+            .expect("ip runs");
+        assert!(out.status.success(), "ip link set {state}: {out:?}");
+    }
+}
+
+impl Drop for HostNetwork {
+    fn drop(&mut self) {
+        self.forwarder.abort();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.outer_link])
+            .output();
+        let _ = fs::remove_dir_all(PathBuf::from("/etc/netns").join(&self.name));
     }
 }
 
@@ -112,6 +260,8 @@ pub struct Scenario {
     pub log_path: PathBuf,
     https_proxy: Option<String>,
     extra_env: Vec<(String, PathBuf)>,
+    /// The host's own network namespace ([`Options::own_network`]).
+    pub network: Option<HostNetwork>,
     supervise: Option<Child>,
     follower: tokio::task::JoinHandle<()>,
 }
@@ -151,7 +301,10 @@ impl Scenario {
             );
         }
         close_foreign_homes();
-        let yaml = format!("{SERVER_YAML}{}", options.extra_terminal_yaml);
+        let yaml = format!(
+            "{SERVER_YAML}{}{}",
+            options.extra_terminal_yaml, options.extra_server_yaml
+        );
         let server = TestServer::start_at(engine, &yaml, real_now_ms()).await;
         let follower = follow_real_time(Arc::clone(&server.clock));
         let owner = owner_person(&server, "owner").await;
@@ -181,9 +334,19 @@ impl Scenario {
         let config_path = dir.path.join("config.yaml");
         fs::write(&config_path, config).expect("config");
         fs::set_permissions(&config_path, fs::Permissions::from_mode(0o644)).expect("chmod");
+        let network = if options.own_network {
+            let port = server
+                .base
+                .rsplit_once(':')
+                .and_then(|(_, port)| port.parse().ok())
+                .expect("the server's port");
+            Some(HostNetwork::create(port).await)
+        } else {
+            None
+        };
         // createHost, bothy-host pair, confirmHost with the owner's assignment.
         let (host_id, code) = create_host(&server, &owner, "scenario host", None).await;
-        let mut pair = Command::new(bothy_host());
+        let mut pair = host_program(network.as_ref());
         pair.arg("--config")
             .arg(&config_path)
             .args(["pair", "--server", &server.base, "--code", &code])
@@ -232,6 +395,7 @@ impl Scenario {
             log_path,
             https_proxy: options.https_proxy.clone(),
             extra_env: options.extra_env.clone(),
+            network,
             supervise: None,
             follower,
         };
@@ -247,7 +411,7 @@ impl Scenario {
             .append(true)
             .open(&self.log_path)
             .expect("log file");
-        let mut command = Command::new(bothy_host());
+        let mut command = host_program(self.network.as_ref());
         command
             .arg("--config")
             .arg(&self.config_path)
@@ -604,6 +768,15 @@ impl Scenario {
     }
 }
 
+/// The `bothy-host` binary as a command, inside the host's own network
+/// namespace when it has one.
+fn host_program(network: Option<&HostNetwork>) -> Command {
+    match network {
+        Some(network) => network.command(std::path::Path::new(bothy_host())),
+        None => Command::new(bothy_host()),
+    }
+}
+
 /// What open and attach answer.
 #[derive(Debug, Clone)]
 pub struct RawGrant {
@@ -901,7 +1074,7 @@ impl Scenario {
     /// the same test seam as the service (this kernel has no Yama: a
     /// `doctor` that checks by itself reads the scenario's ptrace_scope).
     pub fn host_command(&self, args: &[&str]) -> std::process::Output {
-        Command::new(bothy_host())
+        host_program(self.network.as_ref())
             .arg("--config")
             .arg(&self.config_path)
             .args(args)
@@ -1067,4 +1240,42 @@ pub fn subscription_login(user: &TestUser) {
         "mkdir -p \"$HOME/.claude\" && umask 077 && printf '{}' > \"$HOME/.claude/.credentials.json\"",
     );
     assert!(out.status.success(), "{out:?}");
+}
+
+/// Starts two background processes that leave the shell's session and
+/// process group (`setsid`, `nohup ... &`) and waits until they run.
+pub async fn start_background(device: &mut DeviceSession) {
+    device
+        .type_text("setsid sleep 1000 & nohup sleep 1001 >/dev/null 2>&1 & echo BG\"\"OK\n")
+        .await;
+    device.expect_output("BGOK").await;
+}
+
+/// Opens a shell as `person` (session user `index`) with two background
+/// processes, runs `revoke`, and checks the device's 4100 with `reason`, the
+/// stored close_reason, and that nothing of the session survives.
+pub async fn revoked<F, Fut>(
+    scenario: &Scenario,
+    person: &Person,
+    index: usize,
+    reason: &str,
+    revoke: F,
+) where
+    F: FnOnce(uuid::Uuid) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let mut device = scenario
+        .open_as(person, "shell", TerminalSize::new(100, 30).expect("size"))
+        .await;
+    start_background(&mut device).await;
+    // `setsid` forks once more inside the background job: wait for it.
+    scenario.wait_session_processes(index, 3).await;
+    revoke(device.session_id).await;
+    assert_eq!(
+        device.expect_close().await,
+        (4100, reason.to_owned()),
+        "{reason}"
+    );
+    assert_eq!(scenario.closed(device.session_id).await.0, reason);
+    scenario.wait_no_session_processes(index).await;
 }

@@ -1,0 +1,194 @@
+//! The host service on a machine of its own (issue 15 items 13 and 15): the
+//! real server, `bothy-host pair` and `supervise` inside their own network
+//! namespace (`Options::own_network`), so the server is another machine for
+//! the host — not the server host of 2.3 — and a member who is the host's
+//! assignee may open (SR10). Here run the revocations of 8.3 that only reach
+//! a non-owner (TM-T10: a revoked grant, leaving a group, an expired grant),
+//! each with background processes that left the shell's session, and the
+//! host's network loss of TM-T16 (the link cut without a reset: the PTY
+//! survives, a reattach replays).
+
+#[path = "../../server/tests/hosts_common/mod.rs"]
+mod hosts_common;
+#[path = "../../server/tests/identity_common/mod.rs"]
+mod identity_common;
+#[path = "../../server/tests/support/mod.rs"]
+#[allow(unused_macros, unused_imports)]
+mod support;
+#[path = "../../server/tests/terminal_common/mod.rs"]
+mod terminal_common;
+#[path = "support/users.rs"]
+#[allow(dead_code)]
+mod users;
+
+mod e2e_common;
+
+use bothy_proto::frame::TerminalSize;
+use bothy_server::clock::Clock;
+use bothy_server::db::Engine;
+use e2e_common::{Options, Scenario, revoked, start_background};
+use hosts_common::{Person, invited_person};
+use identity_common::{post, post_empty};
+use serde_json::json;
+
+fn size() -> TerminalSize {
+    TerminalSize::new(100, 30).expect("size")
+}
+
+/// A scenario whose host service has a network of its own, with a second
+/// session user for the member.
+async fn remote(extra_server_yaml: &str) -> Scenario {
+    Scenario::start(
+        Engine::Sqlite,
+        Options {
+            own_network: true,
+            session_users: 2,
+            extra_server_yaml: extra_server_yaml.to_owned(),
+            ..Options::default()
+        },
+    )
+    .await
+}
+
+/// The member bob: the host's assignee (SR10) with the second session user.
+async fn member(scenario: &Scenario) -> Person {
+    let bob = invited_person(&scenario.server, &scenario.owner, "bob", "member", 2).await;
+    let reply = scenario
+        .host_change(
+            reqwest::Method::PATCH,
+            "",
+            json!({"assigned_user_id": bob.id()}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "assign the host: {:?}", reply.body);
+    scenario.assign_user(&bob, 1).await;
+    bob
+}
+
+/// A grant of terminal on the scenario's host (`expires_at` optional); its ID.
+async fn grant(
+    scenario: &Scenario,
+    kind: &str,
+    recipient_id: &str,
+    expires_at: Option<i64>,
+) -> String {
+    let mut body = json!({"host_id": scenario.host_id, "recipient_kind": kind,
+                          "recipient_id": recipient_id});
+    if let Some(at) = expires_at {
+        body["expires_at"] = json!(at);
+    }
+    let reply = post(
+        &scenario.server,
+        "/api/v1/grants",
+        Some(scenario.owner.token()),
+        body,
+    )
+    .await;
+    assert_eq!(reply.status, 201, "grant: {:?}", reply.body);
+    reply.body["grant"]["id"]
+        .as_str()
+        .expect("grant id")
+        .to_owned()
+}
+
+/// TM-T10 for a member on a host that is not the server host: a revoked
+/// grant, leaving the group whose grant gave the terminal, and a grant that
+/// expired (ended by the job terminal.sweep) each end the running session
+/// with access_revoked (4100 to the device), and its PTY with the
+/// background processes that left the shell's session (setsid, nohup).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t10_a_member_loses_the_terminal_by_grant_group_and_expiry() {
+    let scenario = remote("").await;
+    let server = &scenario.server;
+    let owner = scenario.owner.token().to_owned();
+    let bob = member(&scenario).await;
+    // A revoked grant.
+    let own = grant(&scenario, "person", bob.id(), None).await;
+    revoked(&scenario, &bob, 1, "access_revoked", |_| async {
+        let reply = post_empty(server, &format!("/api/v1/grants/{own}/revoke"), &owner).await;
+        assert_eq!(reply.status, 200, "{:?}", reply.body);
+    })
+    .await;
+    // Leaving the group whose grant gave the terminal.
+    let reply = post(
+        server,
+        "/api/v1/groups",
+        Some(&owner),
+        json!({"name": "night-shift"}),
+    )
+    .await;
+    assert_eq!(reply.status, 201, "{:?}", reply.body);
+    let group = reply.body["group"]["id"]
+        .as_str()
+        .expect("group id")
+        .to_owned();
+    let reply = post(
+        server,
+        &format!("/api/v1/groups/{group}/members"),
+        Some(&owner),
+        json!({"person_id": bob.id()}),
+    )
+    .await;
+    assert!(reply.status.is_success(), "{:?}", reply.body);
+    grant(&scenario, "group", &group, None).await;
+    revoked(&scenario, &bob, 1, "access_revoked", |_| async {
+        let path = format!("/api/v1/groups/{group}/members/{}/remove", bob.id());
+        let reply = post_empty(server, &path, &owner).await;
+        assert_eq!(reply.status, 200, "{:?}", reply.body);
+    })
+    .await;
+    // A grant that expires: the first sweep pass at its expiry ends it.
+    let expires_at = server.clock.now_ms() + 10 * 60_000;
+    grant(&scenario, "person", bob.id(), Some(expires_at)).await;
+    revoked(&scenario, &bob, 1, "access_revoked", |_| async {
+        let state = &server.state;
+        bothy_server::terminal::sweep::run_once(state.db(), state.config(), expires_at)
+            .await
+            .expect("a sweep pass");
+    })
+    .await;
+}
+
+/// TM-T16, the host's network lost without a reset (its link cut, packets
+/// dropped): the relay's ping finds the host's data connection gone, the
+/// device gets 4102 and the session is detached, the PTY and its background
+/// processes survive on the host; with the network back, an attach replays
+/// the scrollback and the shell goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t16_a_host_that_loses_its_network_keeps_the_pty_for_a_reattach() {
+    let scenario = remote("gateway:\n  ping_interval: 200ms\n  ping_timeout: 1s\n").await;
+    let network = scenario.network.as_ref().expect("own network");
+    let mut device = scenario.open_shell().await;
+    device.type_text("echo BEF\"\"ORE\n").await;
+    device.expect_output("BEFORE").await;
+    start_background(&mut device).await;
+    scenario.wait_session_processes(0, 3).await;
+    let mut processes = scenario.session_processes(0);
+    processes.sort_unstable();
+    let session_id = device.session_id;
+    network.set_up(false);
+    assert_eq!(
+        device.expect_close().await,
+        (4102, "terminal_host_unavailable".to_owned())
+    );
+    scenario.wait_state(session_id, "detached").await;
+    let mut now = scenario.session_processes(0);
+    now.sort_unstable();
+    assert_eq!(
+        now, processes,
+        "the PTY and its background processes live on"
+    );
+    network.set_up(true);
+    // The control connection was never reset: it carries the attach's
+    // session.open as soon as packets flow again.
+    let mut again = scenario.attach(&scenario.owner, session_id, size()).await;
+    let replay = again.expect_replay().await;
+    assert!(
+        String::from_utf8_lossy(&replay).contains("BEFORE"),
+        "the replay holds the output before the loss"
+    );
+    again.output.clear();
+    again.type_text("echo AF\"\"TER\n").await;
+    again.expect_output("AFTER").await;
+    assert_eq!(scenario.session_row(session_id).await.0, "active");
+}
