@@ -353,3 +353,37 @@ async fn t29_l_a_script_without_its_interpreter_in_the_search_list_counts_as_emp
     assert!(!execs.contains(&claude), "{execs:?}");
     assert!(!execs.contains(&fake), "{execs:?}");
 }
+
+/// Where `scripts/test` installs the real `claude` CLI from the npm registry
+/// (`@anthropic-ai/claude-code` at the version pinned there): a root folder
+/// outside the clone, so a session user can write no part of its path.
+const REAL_CLAUDE: &str =
+    "/var/lib/bothy-tests/claude-code/node_modules/@anthropic-ai/claude-code/bin/claude.exe";
+
+/// Issue 15 item 16: HD6 runs the real `claude auth status` of the published
+/// CLI (not a fake script) in the account of a session user without any
+/// login, and reads its real output (`{"loggedIn":false,"authMethod":"none",
+/// "apiProvider":...}`, exit 1) as no subscription login, known, checked;
+/// HD10 trusts the real binary's path. The binary must be there: scripts/test
+/// installs it, and the test fails rather than skips without it.
+#[test]
+fn the_real_claude_cli_without_a_login_is_read_as_none() {
+    let claude = PathBuf::from(REAL_CLAUDE);
+    assert!(
+        claude.is_file(),
+        "{REAL_CLAUDE} is missing: scripts/test installs the real claude CLI with \
+         `npm install --prefix /var/lib/bothy-tests/claude-code @anthropic-ai/claude-code@<pinned>`"
+    );
+    let root = RootDir::new();
+    let a = user("a");
+    let (answer, execs) = traced_probe(&root, &a, &hd6_request(&a, Some(&claude)));
+    assert_eq!(light(&answer).hd6, Hd6Observation::default());
+    assert!(execs.contains(&claude), "the real claude ran: {execs:?}");
+    let svc = user("svc");
+    let mut config = config(&root, &svc, &[&a]);
+    config.claude_bin = Some(claude);
+    assert!(
+        !hd10_codes(&config, places()).contains(&DoctorCode::ClaudeBinUntrusted),
+        "HD10 trusts the installed binary and its folders"
+    );
+}
