@@ -192,3 +192,99 @@ async fn tm_t16_a_host_that_loses_its_network_keeps_the_pty_for_a_reattach() {
     again.expect_output("AFTER").await;
     assert_eq!(scenario.session_row(session_id).await.0, "active");
 }
+
+/// TM-T06 on the wire (issue 15 item 14): a canary typed into a real shell
+/// and printed by it crosses the device's stream, the relay and the host's
+/// data connection, and is found neither in a capture of the wire
+/// (`tcpdump -i any` of the server's port: the device's leg on the loopback,
+/// the host's leg through its own network and the forwarder) nor in the
+/// server's database files. The capture must hold the session's traffic (its
+/// size is checked), so an empty capture cannot pass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t06_the_canary_is_neither_on_the_wire_nor_in_the_database() {
+    let scenario = remote("").await;
+    let pcap = scenario.dir.path.join("wire.pcap");
+    let mut tcpdump = std::process::Command::new("tcpdump")
+        .args(["-i", "any", "--immediate-mode", "-U", "-n", "-s", "0", "-w"])
+        .arg(&pcap)
+        .arg(format!("tcp port {}", scenario.server.port))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("tcpdump runs (.ci/run installs it)");
+    // tcpdump says "listening on ..." once it captures; its stderr is read to
+    // the end, so it never writes into a closed pipe.
+    let stderr = tcpdump.stderr.take().expect("stderr");
+    let (listening_tx, listening) = tokio::sync::oneshot::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut listening_tx = Some(listening_tx);
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening on") {
+                if let Some(tx) = listening_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+        }
+    });
+    tokio::time::timeout(e2e_common::WAIT, listening)
+        .await
+        .expect("tcpdump starts in time")
+        .expect("tcpdump listens");
+    let mut device = scenario.open_shell().await;
+    device.type_text("echo CANARY-5e1d$((2+3))\n").await;
+    device.expect_output("CANARY-5e1d5").await;
+    device.type_text("exit 0\n").await;
+    assert_eq!(device.expect_exit().await, 0);
+    let _ = device.expect_close().await;
+    // Every packet is written as it comes (--immediate-mode, -U); wait until
+    // the session's traffic is in the file, bounded, then stop the capture.
+    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
+    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) <= 20_000
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(i32::try_from(tcpdump.id()).expect("pid")),
+        nix::sys::signal::Signal::SIGINT,
+    );
+    let _ = tcpdump.wait();
+    let wire = std::fs::read(&pcap).expect("the capture");
+    assert!(
+        wire.len() > 20_000,
+        "the capture holds the session's traffic: {} bytes",
+        wire.len()
+    );
+    let found = |haystack: &[u8]| {
+        haystack
+            .windows("CANARY-5e1d".len())
+            .any(|w| w == b"CANARY-5e1d")
+    };
+    assert!(!found(&wire), "the canary is on the wire in clear");
+    let url = scenario
+        .server
+        .state
+        .config()
+        .database_url()
+        .expose()
+        .to_owned();
+    let file = url
+        .trim_start_matches("sqlite://")
+        .split('?')
+        .next()
+        .expect("path")
+        .to_owned();
+    let mut checked = 0;
+    for suffix in ["", "-wal", "-shm"] {
+        if let Ok(bytes) = std::fs::read(format!("{file}{suffix}")) {
+            checked += 1;
+            assert!(!found(&bytes), "the canary is in the database file{suffix}");
+        }
+    }
+    assert!(checked > 0, "the database file {file} was read");
+}

@@ -872,6 +872,83 @@ async fn a_side_that_answers_no_ping_is_dropped_as_lost(engine: Engine) {
     drop(h);
 }
 
+/// 5.4, 6.1 step 7: the host's last messages of a session (its exit frame,
+/// on the data connection) reach the device before the 4100 of the end
+/// (whose `session.ended` travels on the control connection and may be
+/// committed first). Here the device is slow, so the host's messages wait in
+/// the relay when the end is committed; the device still gets every one of
+/// them, in order, then 4100 with the close_reason.
+async fn the_last_messages_reach_the_device_before_the_end(engine: Engine) {
+    let f = fixture_with(engine, "terminal:\n  relay_buffer_max_bytes: 65535\n").await;
+    let id = f.session("active").await;
+    let host = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    let mut device = ws::connect_with(
+        &f.server,
+        &bothy_proto::stream::stream_path(&id),
+        None,
+        Options {
+            recv_buffer: Some(4096),
+        },
+    )
+    .await
+    .expect("upgrade");
+    let identify = bothy_proto::stream::DeviceMessage::Identify(bothy_proto::stream::Identify {
+        access_token: Some(f.owner.token().to_owned()),
+    })
+    .to_json();
+    ws::send(&mut device, Message::text(identify)).await;
+    assert!(matches!(next_frame(&mut device).await, Frame::Text(_)));
+    f.sides(id, true, true).await;
+    // The host sends numbered messages until it is told to stop (after the
+    // relay held it back), then reads on, answering the close of the end.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopping = Arc::clone(&stop);
+    let host = tokio::spawn(async move {
+        let mut host = host;
+        let mut sent = 0u32;
+        while !stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            let mut message = vec![0u8; 8192];
+            message[..4].copy_from_slice(&sent.to_be_bytes());
+            host.send(Message::binary(message)).await.expect("sent");
+            sent += 1;
+        }
+        (sent, closed(&mut host).await)
+    });
+    let relay = f.server.state.relay();
+    wait_until(|| relay.is_stalled(id)).await;
+    // The end is committed while messages wait in the relay and on the way.
+    let mut uow = f.server.state.db().begin(f.now()).await.expect("begin");
+    end(
+        &mut uow,
+        EndScope::Session(id),
+        CloseReason::ProcessExited,
+        None,
+    )
+    .await
+    .expect("end");
+    uow.commit().await.expect("commit");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let mut received = 0u32;
+    let close = loop {
+        match next_frame(&mut device).await {
+            Frame::Binary(bytes) => {
+                let n = u32::from_be_bytes(bytes[..4].try_into().expect("4 bytes"));
+                assert_eq!(n, received, "in order");
+                received += 1;
+            }
+            Frame::Close(code, reason) => break (code, reason),
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    let (sent, host_close) = host.await.expect("host");
+    assert_eq!(host_close, (4100, "process_exited".into()));
+    assert_eq!(
+        received, sent,
+        "every message before the end reached the device"
+    );
+    assert_eq!(close, (4100, "process_exited".into()));
+}
+
 async fn newer_device_replaces_the_older(engine: Engine) {
     let f = fixture(engine).await;
     let id = f.session("detached").await;
@@ -1306,6 +1383,7 @@ both_engines!(
     host_4104_handed_to_the_device,
     host_refusal_of_an_attach_ends_a_started_session_on_4104_only,
     a_side_that_answers_no_ping_is_dropped_as_lost,
+    the_last_messages_reach_the_device_before_the_end,
     newer_device_replaces_the_older,
     device_leaving_detaches,
     an_end_closes_both_sides_with_4100,

@@ -649,6 +649,11 @@ async fn send_frame(
         OutFrame::Exit(code) => vec![encode(Frame::Exit(*code))],
         OutFrame::ReplayBegin => vec![encode(Frame::ReplayBegin)],
         OutFrame::ReplayEnd => vec![encode(Frame::ReplayEnd)],
+        OutFrame::Flushed(written) => {
+            // Every frame before this one was sent (and flushed) in order.
+            written.done();
+            return Ok(());
+        }
     };
     for plain in frames {
         let message = {

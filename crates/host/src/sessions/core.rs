@@ -37,7 +37,35 @@ pub enum OutFrame {
     ReplayBegin,
     /// Closes a replay.
     ReplayEnd,
+    /// No frame: the writer signals it once every frame before it is on the
+    /// socket (the exit frame goes out before `session.ended`, so the
+    /// server's end never overtakes it).
+    Flushed(FlushAck),
 }
+
+/// The signal of [`OutFrame::Flushed`].
+#[derive(Debug, Clone, Default)]
+pub struct FlushAck(Arc<tokio::sync::Notify>);
+
+impl FlushAck {
+    /// The writer has sent everything before the marker.
+    pub fn done(&self) {
+        self.0.notify_one();
+    }
+
+    /// Waits for [`FlushAck::done`].
+    pub async fn wait(&self) {
+        self.0.notified().await;
+    }
+}
+
+impl PartialEq for FlushAck {
+    fn eq(&self, other: &FlushAck) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for FlushAck {}
 
 /// Commands to the core.
 #[derive(Debug)]
@@ -225,12 +253,18 @@ pub async fn run(
                     Some(FromHelper::Exited(code)) => {
                         if let (Some(sink), Some(code)) = (sink.as_ref(), code) {
                             queue.push_back(OutFrame::Exit(code));
+                            let written = FlushAck::default();
+                            queue.push_back(OutFrame::Flushed(written.clone()));
+                            // The exit frame is on the data connection's socket
+                            // before the end goes out on the control connection
+                            // (5.4: exit, then session.ended).
                             let flush = async {
                                 while let Some(frame) = queue.pop_front() {
                                     if sink.send(frame).await.is_err() {
-                                        break;
+                                        return;
                                     }
                                 }
+                                written.wait().await;
                             };
                             let _ = tokio::time::timeout(EXIT_FLUSH_LIMIT, flush).await;
                         }

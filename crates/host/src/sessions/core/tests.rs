@@ -116,6 +116,16 @@ async fn output_reaches_the_device_and_the_exit_code_follows() {
         .await
         .expect("sent");
     assert_eq!(device.recv().await, Some(OutFrame::Exit(3)));
+    // The end is reported only once the writer has sent the exit frame.
+    let Some(OutFrame::Flushed(written)) = device.recv().await else {
+        panic!("the exit frame is followed by the flush marker");
+    };
+    tokio::task::yield_now().await;
+    assert!(
+        rig.reporter.ends().is_empty(),
+        "not before the exit frame is out"
+    );
+    written.done();
     rig.task.await.expect("core ends");
     let ends = rig.reporter.ends();
     assert_eq!(ends.len(), 1);

@@ -39,7 +39,11 @@
 //! # Ends
 //! After the commit of any end, the log tail hands `terminal_session.changed`
 //! with state `closed` to [`Relay`]'s tail task, which closes every side of
-//! that session with 4100 and the `close_reason` as close text (a never paired
+//! that session with 4100 and the `close_reason` as close text — paired sides
+//! after the session's last words ([`Command::End`]: the host's exit frame
+//! travels on the data connection while its `session.ended` travels on the
+//! control connection, so the end may be committed before the exit frame
+//! reached the relay; it still reaches the device before the 4100) (a never paired
 //! side of an `open_failed` session gets 4102 instead, 6.1 step 6). The device
 //! stream of an `open_failed` end whose `close_detail` is a refused handshake
 //! of 5.3 gets that refusal's 4101 or 4104 with the detail as text instead
@@ -113,6 +117,14 @@ impl Side {
 pub(crate) enum Command {
     /// Close with this code and close text.
     Close(u16, String),
+    /// The session ended: close with this code and text, but the last words
+    /// of the session go through first. The host's side sends its close
+    /// frame and keeps forwarding what the host sent before its answer (the
+    /// exit frame of 5.4 travels on the data connection, the end on the
+    /// control connection, so the end may arrive first); the device's side
+    /// closes once everything the host's side forwarded was written to it.
+    /// Both bounded by [`crate::shutdown::CLOSE_ANSWER_WAIT`].
+    End(u16, String),
 }
 
 /// The counters of one session, shared by its sides' tasks.
@@ -220,6 +232,11 @@ struct Member {
 impl Member {
     fn close(&self, code: u16, reason: &str) {
         let _ = self.commands.send(Command::Close(code, reason.to_owned()));
+    }
+
+    /// Closes at the end of the session, after its last words ([`Command::End`]).
+    fn end(&self, code: u16, reason: &str) {
+        let _ = self.commands.send(Command::End(code, reason.to_owned()));
     }
 
     fn lone_never_paired(&self) -> bool {
@@ -730,6 +747,9 @@ impl Relay {
             return;
         };
         slot.ending = true;
+        // The last words of a session (an exit frame) matter only between
+        // paired sides; a lone side closes at once.
+        let paired = slot.paired();
         let open_failed = reason == CloseReason::OpenFailed.as_str();
         let refused = CloseReason::parse(reason)
             .ok()
@@ -741,15 +761,20 @@ impl Relay {
                     member.timer_done = true;
                     count_unpaired(state, side);
                 }
-                match (side, refused) {
+                let (code, text) = match (side, refused) {
                     (Side::Device, Some(detail)) => {
-                        member.close(detail.handshake_close_code().as_u16(), detail.as_str())
+                        (detail.handshake_close_code().as_u16(), detail.as_str())
                     }
-                    _ if lone => member.close(
+                    _ if lone => (
                         CloseCode::TerminalHostUnavailable.as_u16(),
                         CloseCode::TerminalHostUnavailable.name(),
                     ),
-                    _ => member.close(CloseCode::TerminalClosed.as_u16(), reason),
+                    _ => (CloseCode::TerminalClosed.as_u16(), reason),
+                };
+                if paired {
+                    member.end(code, text);
+                } else {
+                    member.close(code, text);
                 }
             }
         }

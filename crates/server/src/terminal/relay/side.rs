@@ -19,7 +19,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use bothy_proto::codes::CloseCode;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -33,6 +33,9 @@ use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
 enum End {
     /// The server closes with this code and text.
     Close(u16, String),
+    /// The session ended: close with this code and text after its last
+    /// words ([`Command::End`]).
+    Finish(u16, String),
     /// The peer sent its close frame (code, text).
     ClosedByPeer(Option<(u16, String)>),
     /// The connection broke.
@@ -61,6 +64,14 @@ pub(crate) async fn run(
     let write_timeout = gateway.write_timeout;
     let alive = Liveness::new();
     let (ping_tx, ping_rx) = mpsc::channel(1);
+    // Told when everything the counterpart sent was written here and the
+    // counterpart is gone (or never came): the device's close at the end of
+    // a session waits for it.
+    let drained = Notify::new();
+    // The message the reader took from the socket and waits to forward (for
+    // room in the pipe) when the loop ends: the end of a session still
+    // forwards it (its order comes before anything read afterwards).
+    let mut carried: Option<axum::body::Bytes> = None;
     let end = {
         let reader = read_loop(
             &state,
@@ -71,8 +82,9 @@ pub(crate) async fn run(
             &linked,
             &stats,
             &alive,
+            &mut carried,
         );
-        let writer = write_loop(&mut sink, paired, ping_rx);
+        let writer = write_loop(&mut sink, paired, ping_rx, &drained);
         let keepalive = keepalive(
             &alive,
             &ping_tx,
@@ -82,7 +94,7 @@ pub(crate) async fn run(
         tokio::pin!(reader);
         tokio::pin!(writer);
         tokio::pin!(keepalive);
-        tokio::select! {
+        let end = tokio::select! {
             biased;
             () = guard.triggered() => End::Close(
                 CloseCode::ServerShutdown.as_u16(),
@@ -90,6 +102,7 @@ pub(crate) async fn run(
             ),
             command = commands.recv() => match command {
                 Some(Command::Close(code, reason)) => End::Close(code, reason),
+                Some(Command::End(code, reason)) => End::Finish(code, reason),
                 None => End::Gone,
             },
             end = &mut reader => end,
@@ -101,7 +114,42 @@ pub(crate) async fn run(
                 tracing::info!(side = side.as_str(), "a relay side answered no ping in time");
                 End::Gone
             }
+        };
+        match end {
+            // The device's side at the end of the session: the writer goes on
+            // until everything the host's side forwarded was written here and
+            // the host's side is gone (or never came), bounded.
+            End::Finish(code, reason) if side == Side::Device => {
+                tokio::select! {
+                    () = drained.notified() => {}
+                    () = &mut writer => {}
+                    () = tokio::time::sleep(CLOSE_ANSWER_WAIT) => {}
+                    () = guard.triggered() => {}
+                }
+                End::Close(code, reason)
+            }
+            other => other,
         }
+    };
+    let end = match end {
+        // The host's side: close, forwarding what the host sent before its
+        // answer (its close frame follows its last data on the connection).
+        End::Finish(code, reason) => {
+            let frame = Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            }));
+            if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.send(frame)).await {
+                forward_until_close(&state, side, &mut stream, &outgoing, &stats, carried).await;
+            }
+            drop(outgoing);
+            state
+                .relay()
+                .leave(&state, session_id, side, conn_id, Leave::Gone);
+            drop(guard);
+            return;
+        }
+        other => other,
     };
     drop(outgoing);
     let leave = match &end {
@@ -118,13 +166,51 @@ pub(crate) async fn run(
         .relay()
         .leave(&state, session_id, side, conn_id, leave);
     match end {
-        End::Close(code, reason) => {
+        End::Close(code, reason) | End::Finish(code, reason) => {
             close(&mut sink, &mut stream, code, reason, write_timeout).await;
         }
         End::ClosedByPeer(_) => read_to_end(&mut stream, CLOSE_ANSWER_WAIT).await,
         End::Gone => {}
     }
     drop(guard);
+}
+
+/// The host's side after its close frame at the end of a session: every
+/// binary message the host sent before its close answer still goes to the
+/// device (an exit frame, the last output); ends at the answer, a broken
+/// connection, or after [`CLOSE_ANSWER_WAIT`].
+async fn forward_until_close(
+    state: &AppState,
+    side: Side,
+    stream: &mut SplitStream<WebSocket>,
+    outgoing: &PipeSender,
+    stats: &super::Stats,
+    carried: Option<axum::body::Bytes>,
+) {
+    let _ = tokio::time::timeout(CLOSE_ANSWER_WAIT, async {
+        if let Some(bytes) = carried {
+            let len = bytes.len();
+            outgoing.reserve(len).await;
+            stats.count(side, len, state.clock().now_ms());
+            outgoing.send(bytes);
+        }
+        while let Some(Ok(message)) = stream.next().await {
+            let Message::Binary(bytes) = message else {
+                if matches!(message, Message::Close(_)) {
+                    return;
+                }
+                continue;
+            };
+            let len = bytes.len();
+            if outgoing.fits(len).is_err() {
+                continue;
+            }
+            outgoing.reserve(len).await;
+            stats.count(side, len, state.clock().now_ms());
+            outgoing.send(bytes);
+        }
+    })
+    .await;
 }
 
 /// When a side last sent a frame, for the keepalive: milliseconds of
@@ -206,6 +292,7 @@ async fn read_loop(
     linked: &std::sync::atomic::AtomicBool,
     stats: &super::Stats,
     alive: &Liveness,
+    carried: &mut Option<axum::body::Bytes>,
 ) -> End {
     let stall_timeout = millis(state.config().terminal.relay_stall_timeout);
     // After a slow receiver was told 4014 this link forwards nothing more,
@@ -242,6 +329,8 @@ async fn read_loop(
             }
             continue;
         }
+        // Held where the end of the session finds it while this waits.
+        *carried = Some(message);
         let mut reserve = std::pin::pin!(outgoing.reserve(len));
         let ready = reserve.as_mut().now_or_never().is_some();
         if !ready {
@@ -271,11 +360,15 @@ async fn read_loop(
                 // No room within terminal.relay_stall_timeout: the receiver
                 // gets 4014; this message is not forwarded. The reservation
                 // is dropped (nothing was taken).
+                *carried = None;
                 dead = true;
                 state.relay().peer_slow(session_id, side);
                 continue;
             }
         }
+        let Some(message) = carried.take() else {
+            continue;
+        };
         stats.count(side, len, state.clock().now_ms());
         outgoing.send(message);
     }
@@ -289,6 +382,7 @@ async fn write_loop(
     sink: &mut SplitSink<WebSocket, Message>,
     paired: tokio::sync::oneshot::Receiver<PipeReceiver>,
     mut pings: mpsc::Receiver<()>,
+    drained: &Notify,
 ) {
     let mut paired = Some(paired);
     let mut incoming: Option<PipeReceiver> = None;
@@ -307,6 +401,10 @@ async fn write_loop(
             }, if paired.is_some() => {
                 paired = None;
                 incoming = received.ok();
+                if incoming.is_none() {
+                    // Never paired: nothing will come.
+                    drained.notify_one();
+                }
             }
             message = async {
                 match incoming.as_mut() {
@@ -315,7 +413,9 @@ async fn write_loop(
                 }
             }, if incoming.is_some() => {
                 let Some(message) = message else {
+                    // The counterpart left and everything it sent is written.
                     incoming = None;
+                    drained.notify_one();
                     continue;
                 };
                 let len = message.len();
