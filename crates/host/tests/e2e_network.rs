@@ -288,3 +288,52 @@ async fn tm_t06_the_canary_is_neither_on_the_wire_nor_in_the_database() {
     }
     assert!(checked > 0, "the database file {file} was read");
 }
+
+/// TM-T10, the rest of 8.3's list through the real host (issue 15 item 13):
+/// the operator takes the member's session user out (`bothy-host
+/// session-user remove`), which restarts the host service — the running
+/// session ends with host_restarted (6.2: a restart ends every session,
+/// before the report without the name arrives) with its background
+/// processes, and the next report without the name leaves the member no
+/// terminal (403 no_session_user, SR12); then the owner retires the host:
+/// host_retired, every process of the owner's session ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t10_a_removed_session_user_and_a_retired_host() {
+    let mut scenario = remote("").await;
+    let bob = member(&scenario).await;
+    grant(&scenario, "person", bob.id(), None).await;
+    let removed = scenario.users[1].name.clone();
+    let mut device = scenario.open_as(&bob, "shell", size()).await;
+    start_background(&mut device).await;
+    scenario.wait_session_processes(1, 3).await;
+    let output = scenario.session_user(&["remove", &removed]);
+    assert!(output.status.success(), "session-user remove: {output:?}");
+    // The service stops first: its data connection goes (4102, detached);
+    // the new service names no live session at its login: host_restarted.
+    assert_eq!(
+        device.expect_close().await,
+        (4102, "terminal_host_unavailable".to_owned())
+    );
+    assert_eq!(scenario.closed(device.session_id).await.0, "host_restarted");
+    scenario.wait_no_session_processes(1).await;
+    scenario.wait_connected().await;
+    let reply = scenario.open_reply(&bob, "shell", &[7u8; 32]).await;
+    assert_eq!(
+        (
+            reply.status.as_u16(),
+            reply.body["code"].as_str(),
+            reply.body["reason"].as_str()
+        ),
+        (403, Some("terminal_denied"), Some("no_session_user")),
+        "{:?}",
+        reply.body
+    );
+    revoked(&scenario, &scenario.owner, 0, "host_retired", |_| async {
+        let reply = scenario
+            .host_change(reqwest::Method::PATCH, "", json!({"state": "retired"}))
+            .await;
+        assert_eq!(reply.status, 200, "retire: {:?}", reply.body);
+    })
+    .await;
+    scenario.stop_service();
+}

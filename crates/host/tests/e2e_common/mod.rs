@@ -552,22 +552,25 @@ impl Scenario {
 impl Scenario {
     /// The main PID of the helper of session user `index`, as supervise records it.
     pub fn helper_pid(&self, index: usize) -> u32 {
+        self.recorded_helper_pid(index)
+            .expect("the helper's PID record")
+    }
+
+    /// The PID record of the helper of session user `index`, if supervise
+    /// runs one (none after `session-user remove`).
+    fn recorded_helper_pid(&self, index: usize) -> Option<u32> {
         let record = self
             .runtime_dir
             .join("pids")
             .join(format!("helper@{}.pid", self.users[index].name));
-        fs::read_to_string(&record)
-            .expect("the helper's PID record")
-            .trim()
-            .parse()
-            .expect("a PID")
+        fs::read_to_string(&record).ok()?.trim().parse().ok()
     }
 
     /// The processes of session user `index` other than its helper: what its
-    /// sessions run.
+    /// sessions run (every process of the user when it has no helper).
     pub fn session_processes(&self, index: usize) -> Vec<u32> {
         let uid = self.users[index].uid;
-        let helper = self.helper_pid(index);
+        let helper = self.recorded_helper_pid(index).unwrap_or(0);
         let mut out = Vec::new();
         let Ok(entries) = fs::read_dir("/proc") else {
             return out;
