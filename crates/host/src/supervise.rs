@@ -447,11 +447,17 @@ impl Supervisor {
                     _ => (None, None),
                 };
                 let restart_now = std::mem::take(&mut unit.restart_now);
+                // A helper is `Restart=always` (it never ends by itself, and
+                // its own session user may end it: it comes back, D-330);
+                // the service is `Restart=on-failure`. 78 stays down for both.
+                let helper = unit.helper_name().is_some();
+                let stays_down =
+                    code == Some(crate::EXIT_REFUSED_START) || (code == Some(0) && !helper);
                 if stopping || unit.retiring {
                     info!(code = "stopped", unit = unit.label, status = code, signal);
                 } else if restart_now {
                     info!(code = "stopped_for_restart", unit = unit.label);
-                } else if code == Some(0) || code == Some(crate::EXIT_REFUSED_START) {
+                } else if stays_down {
                     info!(
                         code = "exited",
                         unit = unit.label,

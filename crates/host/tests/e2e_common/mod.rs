@@ -449,6 +449,30 @@ impl Scenario {
         }
     }
 
+    /// Waits (bounded) until the record of the helper of session user `index`
+    /// names a process other than `old` (supervise started it again); its PID.
+    pub async fn wait_new_helper(&self, index: usize, old: u32) -> u32 {
+        let record = self
+            .runtime_dir
+            .join("pids")
+            .join(format!("helper@{}.pid", self.users[index].name));
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let now = fs::read_to_string(&record)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok());
+            if let Some(pid) = now.filter(|pid| *pid != old) {
+                return pid;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the helper was never started again; host log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits (bounded) until session user `index` runs nothing but its helper.
     pub async fn wait_no_session_processes(&self, index: usize) {
         let deadline = tokio::time::Instant::now() + WAIT;
@@ -815,6 +839,20 @@ impl Scenario {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "{needle} never appeared in the host log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits (bounded) until the host's log contains `needle` at least
+    /// `count` times.
+    pub async fn wait_log_count(&self, needle: &str, count: usize) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.log().matches(needle).count() < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{needle} never appeared {count} times in the host log:\n{}",
                 self.log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
