@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
 use crate::EXIT_REFUSED_START;
+use crate::admin::endpoint::EndpointError;
 use crate::channel::link::{Channel, ChannelError, PeerExpectation};
 use crate::channel::{FromHelper, PtyStart, StartFailure, StartProgram, ToHelper};
 use crate::config::HostServiceConfig;
@@ -195,9 +196,31 @@ async fn run(config: HostServiceConfig, config_path: PathBuf) -> i32 {
         control::report_refused_start(&host, report).await;
         return EXIT_REFUSED_START;
     }
+    let admin = match crate::admin::endpoint::bind(&host.state.file(crate::state::ADMIN_SOCKET)) {
+        Ok(listener) => Some(listener),
+        Err(EndpointError::Unavailable(error)) => {
+            tracing::warn!(
+                %error,
+                code = "admin_endpoint_unavailable",
+                "bothy-host doctor cannot reach the running service"
+            );
+            None
+        }
+        Err(EndpointError::Unprotected(error)) => {
+            // A socket others might reach is worse than none: no start.
+            tracing::error!(
+                %error,
+                code = "admin_endpoint_unprotected",
+                "admin.sock cannot be given mode 0600; the service does not start"
+            );
+            return EXIT_REFUSED_START;
+        }
+    };
     tokio::spawn(signals(host.stop.clone()));
     tokio::spawn(periodic_checks(Arc::clone(&host), stop_rx.clone()));
-    tokio::spawn(crate::admin::endpoint::serve(Arc::clone(&host)));
+    if let Some(listener) = admin {
+        tokio::spawn(crate::admin::endpoint::serve(Arc::clone(&host), listener));
+    }
     if let Some(hub) = &host.confirm {
         // Opened only with require_local_confirm (6.4 "Endpoint"). Without it
         // no agent can connect, so every start is denied (fail closed).
