@@ -19,9 +19,14 @@
 //! | `<runtime_dir>/supervise.pid` | the PID of supervise; it holds an exclusive `flock` on the file while it runs |
 //! | `<runtime_dir>/pids/helper@<user>.pid` | the main PID of that helper, while it runs |
 //! | `<runtime_dir>/pids/service.pid` | the PID of `bothy-host run`, while it runs |
+//! | `<runtime_dir>/supervise.cgroup` | the cgroup of supervise's tree, `<path below the cgroup2 mount>/bothy-host-<PID of supervise>` |
 //!
-//! Each is `<decimal PID>\n`, mode 0644, written atomically (a temporary file
-//! renamed into place); a record is removed when its process ends.
+//! Each PID record is `<decimal PID>\n`, the cgroup record `<path>\n`, mode
+//! 0644, written atomically (a temporary file renamed into place); a record
+//! is removed when its process ends. After a supervise that ended without
+//! its shutdown (`kill -9`), `supervise.pid` and `supervise.cgroup` still
+//! name its tree, and the next supervise ends that tree before it starts
+//! anything (D-332).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -60,6 +65,11 @@ pub fn service_record(runtime_dir: &Path) -> PathBuf {
 /// `<runtime_dir>/supervise.pid`.
 pub fn supervise_record(runtime_dir: &Path) -> PathBuf {
     runtime_dir.join("supervise.pid")
+}
+
+/// `<runtime_dir>/supervise.cgroup`.
+pub fn supervise_cgroup_record(runtime_dir: &Path) -> PathBuf {
+    runtime_dir.join("supervise.cgroup")
 }
 
 /// Why the service manager did not report a main PID.
@@ -130,6 +140,30 @@ pub fn helper_expectation(
 /// Reads a PID record of supervise after checking its owner and mode, and
 /// those of the folders `runtime_dir` and `pids/` above it.
 pub fn read_record(runtime_dir: &Path, record: &Path) -> Result<u32, ManagerError> {
+    let text = read_trusted(runtime_dir, record)?;
+    parse_pid(&text).ok_or(ManagerError::UntrustedRecord)
+}
+
+/// Reads `supervise.cgroup` like [`read_record`]: the path of supervise's
+/// tree below the cgroup2 mount, absolute, without `.` or `..`.
+pub fn read_cgroup_record(runtime_dir: &Path) -> Result<PathBuf, ManagerError> {
+    let text = read_trusted(runtime_dir, &supervise_cgroup_record(runtime_dir))?;
+    let line = text
+        .strip_suffix('\n')
+        .ok_or(ManagerError::UntrustedRecord)?;
+    let plain = line.strip_prefix('/').is_some_and(|rest| {
+        rest.split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && !part.contains('\n'))
+    });
+    if !plain {
+        return Err(ManagerError::UntrustedRecord);
+    }
+    Ok(PathBuf::from(line))
+}
+
+/// The text of a record of supervise whose owner and mode, and those of its
+/// folders below `runtime_dir`, are root's and closed to others.
+fn read_trusted(runtime_dir: &Path, record: &Path) -> Result<String, ManagerError> {
     for folder in [runtime_dir, &pids_dir(runtime_dir)] {
         if record.starts_with(folder) {
             trusted(folder)?;
@@ -146,14 +180,11 @@ pub fn read_record(runtime_dir: &Path, record: &Path) -> Result<u32, ManagerErro
         return Err(ManagerError::UntrustedRecord);
     }
     trusted(record)?;
-    let text = match std::fs::read_to_string(record) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ManagerError::NotRunning);
-        }
-        Err(e) => return Err(ManagerError::Unavailable(e)),
-    };
-    parse_pid(&text).ok_or(ManagerError::UntrustedRecord)
+    match std::fs::read_to_string(record) {
+        Ok(t) => Ok(t),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ManagerError::NotRunning),
+        Err(e) => Err(ManagerError::Unavailable(e)),
+    }
 }
 
 /// `<decimal PID>\n`, nothing else, never 0.
@@ -222,6 +253,51 @@ mod tests {
         ] {
             assert_eq!(parse_pid(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn the_cgroup_record_is_one_plain_absolute_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = dir.path().join("run");
+        std::fs::create_dir_all(&runtime).unwrap();
+        std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let record = supervise_cgroup_record(&runtime);
+        assert!(matches!(
+            read_cgroup_record(&runtime),
+            Err(ManagerError::NotRunning)
+        ));
+        let write = |text: &str| {
+            std::fs::write(&record, text).unwrap();
+            std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o644)).unwrap();
+        };
+        write("/system.slice/x/bothy-host-42\n");
+        assert_eq!(
+            read_cgroup_record(&runtime).unwrap(),
+            PathBuf::from("/system.slice/x/bothy-host-42")
+        );
+        for bad in [
+            "/a/bothy-host-42",
+            "relative/bothy-host-42\n",
+            "/a/../bothy-host-42\n",
+            "/a/./bothy-host-42\n",
+            "/\n",
+            "/a\n/b\n",
+        ] {
+            write(bad);
+            assert!(
+                matches!(
+                    read_cgroup_record(&runtime),
+                    Err(ManagerError::UntrustedRecord)
+                ),
+                "{bad:?}"
+            );
+        }
+        write("/a/bothy-host-42\n");
+        std::fs::set_permissions(&record, std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(matches!(
+            read_cgroup_record(&runtime),
+            Err(ManagerError::UntrustedRecord)
+        ));
     }
 
     #[test]

@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, watch};
 use uuid::Uuid;
 
 use crate::EXIT_REFUSED_START;
+use crate::admin::endpoint::EndpointError;
 use crate::channel::link::{Channel, ChannelError, PeerExpectation};
 use crate::channel::{FromHelper, PtyStart, StartFailure, StartProgram, ToHelper};
 use crate::config::HostServiceConfig;
@@ -195,9 +196,31 @@ async fn run(config: HostServiceConfig, config_path: PathBuf) -> i32 {
         control::report_refused_start(&host, report).await;
         return EXIT_REFUSED_START;
     }
+    let admin = match crate::admin::endpoint::bind(&host.state.file(crate::state::ADMIN_SOCKET)) {
+        Ok(listener) => Some(listener),
+        Err(EndpointError::Unavailable(error)) => {
+            tracing::warn!(
+                %error,
+                code = "admin_endpoint_unavailable",
+                "bothy-host doctor cannot reach the running service"
+            );
+            None
+        }
+        Err(EndpointError::Unprotected(error)) => {
+            // A socket others might reach is worse than none: no start.
+            tracing::error!(
+                %error,
+                code = "admin_endpoint_unprotected",
+                "admin.sock cannot be given mode 0600; the service does not start"
+            );
+            return EXIT_REFUSED_START;
+        }
+    };
     tokio::spawn(signals(host.stop.clone()));
     tokio::spawn(periodic_checks(Arc::clone(&host), stop_rx.clone()));
-    tokio::spawn(crate::admin::endpoint::serve(Arc::clone(&host)));
+    if let Some(listener) = admin {
+        tokio::spawn(crate::admin::endpoint::serve(Arc::clone(&host), listener));
+    }
     if let Some(hub) = &host.confirm {
         // Opened only with require_local_confirm (6.4 "Endpoint"). Without it
         // no agent can connect, so every start is denied (fail closed).
@@ -296,6 +319,22 @@ impl Host {
         };
         let mut doctor = self.doctor.lock().await;
         let changed = doctor.run(&ctx, &self.helpers, kind, scope).await;
+        if changed {
+            // What the report now says failed, for the operator (check and
+            // code only, never a name).
+            for entry in doctor.entries().iter().filter(|e| !e.ok) {
+                tracing::warn!(
+                    check = entry.check.as_str(),
+                    code = entry.code.map_or("", |c| c.as_str()),
+                    "doctor: not passed"
+                );
+            }
+        }
+        tracing::debug!(
+            code = "doctor_run_done",
+            full = kind == RunKind::Full,
+            "a doctor run finished"
+        );
         let enforcement = doctor.enforcement();
         *self.offer.lock().unwrap_or_else(|p| p.into_inner()) = Offer {
             profiles: doctor
@@ -593,9 +632,26 @@ impl CheckState for HostCheckState<'_> {
     }
 }
 
+/// How long a connection to a helper waits for the service manager to start
+/// it (again): a helper that ended — a crash, or `kill -9` by its own session
+/// user — is started again by the service manager after its restart pause
+/// (supervise: at most 5 s; systemd: `RestartSec=`), and this bound covers
+/// that pause plus the start (issue 15, D-330).
+pub const HELPER_RESTART_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Pause between two looks at what the service manager reports.
+const HELPER_RESTART_POLL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The helpers' channels: one main connection per session user for the
 /// checks, and a new session connection per PTY, each checked against what the
 /// service manager reports (D-M2-42-11).
+///
+/// A broken channel ends only that helper's sessions (6.2): the next use
+/// connects again, waiting up to [`HELPER_RESTART_WAIT`] for the helper the
+/// service manager starts again, and checks its peer against the main PID the
+/// service manager reports then. Only a helper that stays away that long is
+/// `helper_unreachable`, and only a peer that is not that process is
+/// `peer_mismatch` (HD10, D-330).
 #[derive(Debug)]
 pub struct Helpers {
     config: HostServiceConfig,
@@ -612,25 +668,74 @@ impl Helpers {
         }
     }
 
+    /// A checked connection to the helper of `user`, waiting (bounded) while
+    /// the service manager starts it again.
     async fn connect(&self, user: &str) -> Result<Channel, HelperFault> {
+        let deadline = tokio::time::Instant::now() + HELPER_RESTART_WAIT;
+        loop {
+            match self.connect_once(user).await {
+                Err(HelperFault::Unreachable) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(HELPER_RESTART_POLL).await;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+
+    /// One attempt: the main PID the service manager reports now, the
+    /// connection, the peer check.
+    async fn connect_once(&self, user: &str) -> Result<Channel, HelperFault> {
         let account = nix::unistd::User::from_name(user)
             .ok()
             .flatten()
             .ok_or(HelperFault::Unreachable)?;
-        let main_pid = crate::manager::helper_main_pid(&self.config, user)
-            .map_err(|_| HelperFault::Unreachable)?;
+        let main_pid = self.main_pid(user).await?;
         let expected = PeerExpectation {
             uid: account.uid.as_raw(),
             main_pid,
         };
-        Channel::connect(&self.config.helper_endpoint(user), expected)
+        match Channel::connect(&self.config.helper_endpoint(user), expected).await {
+            Ok(channel) => Ok(channel),
+            Err(ChannelError::PeerMismatch) => {
+                // The service manager may have started a new helper between
+                // the read of its main PID and the handover (a restart): then
+                // it reports another PID now, and the attempt counts as not
+                // reached (the loop tries again with the new PID). The same
+                // PID means the peer is not the helper it reports: HD10.
+                match self.main_pid(user).await {
+                    Ok(now) if now == main_pid => Err(HelperFault::PeerMismatch),
+                    Ok(_) | Err(HelperFault::Unreachable) => Err(HelperFault::Unreachable),
+                    Err(fault) => Err(fault),
+                }
+            }
+            Err(error) => Err(HelperFault::from(error)),
+        }
+    }
+
+    /// The main PID of the helper of `user` as the service manager reports it
+    /// (a file read or `systemctl`: on a blocking thread).
+    async fn main_pid(&self, user: &str) -> Result<u32, HelperFault> {
+        let config = self.config.clone();
+        let user = user.to_owned();
+        tokio::task::spawn_blocking(move || crate::manager::helper_main_pid(&config, &user))
             .await
+            .map_err(|_| HelperFault::Unreachable)?
             .map_err(HelperFault::from)
     }
 
     /// A new, checked session connection to the helper of `user`.
     async fn session_channel(&self, user: &str) -> Result<Channel, HelperFault> {
         self.connect(user).await
+    }
+}
+
+/// Sends one check request on the main connection; the answer, or `None`
+/// when the connection broke.
+async fn ask(channel: &mut Channel, request: Vec<u8>) -> Option<Vec<u8>> {
+    channel.send(&ToHelper::Checks(request)).await.ok()?;
+    match channel.recv().await {
+        Ok(Some(FromHelper::CheckResults(bytes))) => Some(bytes),
+        _ => None,
     }
 }
 
@@ -644,33 +749,30 @@ impl HelperPort for Helpers {
                 .or_default(),
         );
         let mut main = slot.lock().await;
-        if main.is_none() {
-            let mut channel = self.connect(user).await?;
-            channel
-                .send(&ToHelper::Main)
-                .await
-                .map_err(|_: ChannelError| HelperFault::Unreachable)?;
-            *main = Some(channel);
-        }
-        let Some(channel) = main.as_mut() else {
-            return Err(HelperFault::Unreachable);
-        };
-        let answer = async {
-            channel.send(&ToHelper::Checks(request)).await.ok()?;
-            match channel.recv().await {
-                Ok(Some(FromHelper::CheckResults(bytes))) => Some(bytes),
-                _ => None,
+        // A main connection that broke means the helper ended (its PTYs ended
+        // with it, 6.2) or dropped the connection: one new connection, to the
+        // helper the service manager reports now, asks again.
+        for _ in 0..2 {
+            if main.is_none() {
+                let mut channel = self.connect(user).await?;
+                channel
+                    .send(&ToHelper::Main)
+                    .await
+                    .map_err(|_: ChannelError| HelperFault::Unreachable)?;
+                *main = Some(channel);
             }
-        }
-        .await;
-        match answer {
-            Some(bytes) => Ok(bytes),
-            None => {
-                // The main connection broke: the helper ended its PTYs; the
-                // next run connects (and checks the peer) again.
-                *main = None;
-                Err(HelperFault::Unreachable)
+            let Some(channel) = main.as_mut() else {
+                return Err(HelperFault::Unreachable);
+            };
+            if let Some(bytes) = ask(channel, request.clone()).await {
+                return Ok(bytes);
             }
+            *main = None;
+            tracing::info!(
+                code = "helper_channel_lost",
+                "the main connection to a helper broke; connecting again"
+            );
         }
+        Err(HelperFault::Unreachable)
     }
 }

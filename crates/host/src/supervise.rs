@@ -34,13 +34,24 @@
 //!   start of the service, owned by the service user and its group, mode
 //!   0755, removed when the service ends and when supervise stops (D-201).
 //!
-//! Restarts are those of `Restart=on-failure` with `RestartPreventExitStatus=78`:
-//! a process killed by a signal or exiting non-zero other than 78 starts again
-//! after a backoff (200 ms, doubling to 5 s, back to 200 ms after 10 s of
-//! running); an exit 0 or 78 stays down. When a helper ends, its whole subtree
-//! is killed first (as systemd does for a unit), so no PTY outlives its helper;
-//! the new helper gets a new PID, which its record names before the helper
-//! accepts anything.
+//! Restarts are those of the units, with `RestartPreventExitStatus=78`: the
+//! service (`Restart=on-failure`) starts again after being killed by a signal
+//! or exiting non-zero other than 78; a helper (`Restart=always`, D-330) after
+//! any end but 78, since its own session user can end it. The pause is a
+//! backoff (200 ms, doubling to 5 s, back to 200 ms after 10 s of running).
+//! When a helper ends, its whole subtree is killed first (as systemd does for
+//! a unit), so no PTY outlives its helper; the new helper gets a new PID,
+//! which its record names before the helper accepts anything.
+//!
+//! Every unit gets `PR_SET_PDEATHSIG` SIGKILL (set in the child after the
+//! change of user; supervise is single-threaded, so the thread that starts a
+//! unit lives as long as supervise): when supervise dies without its shutdown
+//! (`kill -9`, a crash), the service and the helpers die with it, and no
+//! orphaned service keeps the control connection (3.4). What their sessions
+//! started may still run in the old tree; the next supervise reads the
+//! records of the previous one (`supervise.pid`, `supervise.cgroup`, see
+//! [`crate::manager`]) under its lock, kills and removes that tree and drops
+//! the old PID records before it starts anything (D-332).
 //!
 //! SIGHUP (from `bothy-host restart`, `bothy-host session-user add|remove`)
 //! does what `systemctl daemon-reload` and a restart of the service do
@@ -247,6 +258,11 @@ impl Supervisor {
             .map_err(refused("runtime_dir_unusable"))?;
         let lock =
             Flock::lock(lock, FlockArg::LockExclusiveNonblock).map_err(|_| StartError::Busy)?;
+        // With the lock held no other supervise runs for this folder: a
+        // record that is still there names one that ended without its
+        // shutdown (D-332).
+        let previous = manager::read_record(&runtime_dir, &manager::supervise_record(&runtime_dir));
+        let previous_cgroup = manager::read_cgroup_record(&runtime_dir);
         write_record(&manager::supervise_record(&runtime_dir), std::process::id())
             .map_err(refused("runtime_dir_unusable"))?;
 
@@ -286,9 +302,12 @@ impl Supervisor {
         let dev_null = OwnedFd::from(File::open("/dev/null").map_err(refused("dev_null_missing"))?);
 
         let original = Cgroup::own().map_err(refused("cgroup2_missing"))?;
+        end_previous_tree(&runtime_dir, &original, previous, previous_cgroup);
         let root = original
             .create_child(&format!("bothy-host-{}", std::process::id()), false)
             .map_err(refused("cgroup_refused"))?;
+        write_cgroup_record(&manager::supervise_cgroup_record(&runtime_dir), &root)
+            .map_err(refused("runtime_dir_unusable"))?;
         let leaf = root
             .create_child("supervise", false)
             .map_err(refused("cgroup_refused"))?;
@@ -447,11 +466,17 @@ impl Supervisor {
                     _ => (None, None),
                 };
                 let restart_now = std::mem::take(&mut unit.restart_now);
+                // A helper is `Restart=always` (it never ends by itself, and
+                // its own session user may end it: it comes back, D-330);
+                // the service is `Restart=on-failure`. 78 stays down for both.
+                let helper = unit.helper_name().is_some();
+                let stays_down =
+                    code == Some(crate::EXIT_REFUSED_START) || (code == Some(0) && !helper);
                 if stopping || unit.retiring {
                     info!(code = "stopped", unit = unit.label, status = code, signal);
                 } else if restart_now {
                     info!(code = "stopped_for_restart", unit = unit.label);
-                } else if code == Some(0) || code == Some(crate::EXIT_REFUSED_START) {
+                } else if stays_down {
                     info!(
                         code = "exited",
                         unit = unit.label,
@@ -730,6 +755,7 @@ impl Supervisor {
             let _ = fs::remove_file(&unit.record);
         }
         let _ = fs::remove_file(&self.service.record);
+        let _ = fs::remove_file(manager::supervise_cgroup_record(&self.runtime_dir));
         let _ = fs::remove_file(manager::supervise_record(&self.runtime_dir));
         self.remove_confirm_dir();
         info!(code = "supervise_stopped");
@@ -834,6 +860,10 @@ fn start_unit(
         session: SessionMode::New,
         credentials: Some(credentials),
         cgroup: dir.as_fd(),
+        // The unit dies with supervise (its only thread starts it), so a
+        // crash of supervise leaves no service holding the control
+        // connection (3.4, D-332).
+        parent_death_signal: Some(libc::SIGKILL),
     };
     let child = clone_exec(&plan).map_err(io::Error::other)?;
     // Supervise reaps with waitpid; the pidfd is not needed.
@@ -1004,8 +1034,82 @@ fn root_folder(folder: &Path) -> io::Result<()> {
     fs::set_permissions(folder, fs::Permissions::from_mode(0o755))
 }
 
+/// Ends the tree of a supervise that ended without its shutdown (a crash,
+/// `kill -9`; D-332): its units died with it (parent-death signal), but what
+/// their sessions started, or a unit that outlived it anyway, may still run
+/// in its cgroup. `previous` is the PID its record names, `previous_cgroup`
+/// the cgroup its record names; the cgroup counts only when its name is
+/// `bothy-host-<that PID>`. The same name below this supervise's own cgroup
+/// is tried as well (a record written by an older version lacks the cgroup).
+/// Then the PID records of its units go.
+fn end_previous_tree(
+    runtime_dir: &Path,
+    original: &Cgroup,
+    previous: Result<u32, manager::ManagerError>,
+    previous_cgroup: Result<PathBuf, manager::ManagerError>,
+) {
+    let pid = match previous {
+        Ok(pid) => pid,
+        Err(manager::ManagerError::NotRunning) => return,
+        Err(e) => {
+            warn!(code = "previous_record_untrusted", error = %e, "the previous tree is not looked for");
+            return;
+        }
+    };
+    let name = format!("bothy-host-{pid}");
+    let mut trees = Vec::new();
+    match (previous_cgroup, crate::helper::cgroup::cgroup2_mount()) {
+        (Ok(path), Ok(mount)) if path.file_name().is_some_and(|n| *n == *name) => {
+            trees.push(Cgroup::at(
+                mount.join(path.strip_prefix("/").unwrap_or(&path)),
+            ));
+        }
+        (Ok(_), _) => warn!(code = "previous_cgroup_record_mismatch"),
+        _ => {}
+    }
+    trees.push(original.child(&name));
+    let mut ended = false;
+    for tree in trees {
+        if !tree.path().is_dir() {
+            continue;
+        }
+        match tree.kill_and_remove(EMPTY_BOUND) {
+            Ok(()) => ended = true,
+            Err(e) => error!(code = "previous_tree_not_ended", error = %e),
+        }
+    }
+    if ended {
+        warn!(
+            code = "previous_tree_ended",
+            "the tree of a supervise that ended without its shutdown was ended"
+        );
+    }
+    if let Ok(entries) = fs::read_dir(manager::pids_dir(runtime_dir)) {
+        for entry in entries.flatten() {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Writes `<path of cgroup below the cgroup2 mount>\n` to `path` like
+/// [`write_record`].
+fn write_cgroup_record(path: &Path, cgroup: &Cgroup) -> io::Result<()> {
+    let mount = crate::helper::cgroup::cgroup2_mount()?;
+    let below = cgroup
+        .path()
+        .strip_prefix(&mount)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "cgroup outside its mount"))?;
+    let text = format!("/{}\n", below.display());
+    write_text(path, text.as_bytes())
+}
+
 /// Writes `<pid>\n` to `path` atomically with mode 0644.
 pub fn write_record(path: &Path, pid: u32) -> io::Result<()> {
+    write_text(path, format!("{pid}\n").as_bytes())
+}
+
+/// Writes `bytes` to `path` atomically with mode 0644.
+fn write_text(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let temporary = path.with_extension("tmp");
     let _ = fs::remove_file(&temporary);
     let mut file = OpenOptions::new()
@@ -1014,7 +1118,7 @@ pub fn write_record(path: &Path, pid: u32) -> io::Result<()> {
         .mode(0o644)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&temporary)?;
-    file.write_all(format!("{pid}\n").as_bytes())?;
+    file.write_all(bytes)?;
     file.set_permissions(fs::Permissions::from_mode(0o644))?;
     drop(file);
     fs::rename(&temporary, path)

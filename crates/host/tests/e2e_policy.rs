@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use bothy_server::db::Engine;
 use e2e_common::{
-    DeviceSession, Options, Scenario, all_passed, as_user, entries_of, has_entry,
+    DeviceSession, Options, Received, Scenario, all_passed, as_user, entries_of, has_entry,
     subscription_login,
 };
 use hosts_common::{Person, invited_person};
@@ -537,6 +537,66 @@ async fn tm_t26_a_fake_helper_gets_no_frame_and_hd10_names_its_user() {
         scenario.session_processes(0).is_empty(),
         "no session of the first"
     );
+}
+
+/// Issue 15, 6.2 "Broken channel to a helper" and HD10: a session user
+/// kills its own helper (same user ID) from its own session with `kill -9`.
+/// Only that person's session ends, with process_exited and no exit code
+/// (no exit frame); the service manager starts the helper again, the service
+/// reconnects to it (its main PID is the one the service manager reports, so
+/// the peer check passes), and HD10 never fails: the other person's session
+/// keeps running, the first person opens again, no session ends or fails
+/// with helper_untrusted, and the report keeps HD10 passed also after
+/// periodic runs that ask every helper.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_user_that_kills_its_own_helper_ends_only_its_own_sessions() {
+    let (scenario, bob) = start_checked_every_second_with_bob().await;
+    let mut owner_shell = shell_runs(&scenario, &scenario.owner).await;
+    let mut bob_shell = shell_runs(&scenario, &bob).await;
+    let helper = scenario.helper_pid(0);
+    let bob_helper = scenario.helper_pid(1);
+    owner_shell.type_text(&format!("kill -9 {helper}\n")).await;
+    let (code, reason) = loop {
+        match owner_shell.recv().await {
+            Received::Exit(code) => panic!("an exit frame ({code}) after a broken channel"),
+            Received::Closed(code, reason) => break (code, reason),
+            _ => {}
+        }
+    };
+    assert_eq!((code, reason.as_str()), (4100, "process_exited"));
+    assert_eq!(
+        scenario.closed(owner_shell.session_id).await,
+        ("process_exited".to_owned(), None)
+    );
+    scenario.wait_new_helper(0, helper).await;
+    let mut again = shell_runs(&scenario, &scenario.owner).await;
+    // Two periodic runs of every helper after the first person's new start.
+    let runs = scenario.log().matches("code=\"doctor_run_done\"").count();
+    scenario
+        .wait_log_count("code=\"doctor_run_done\"", runs + 2)
+        .await;
+    bob_shell.type_text("echo ST\"\"ILL\n").await;
+    bob_shell.expect_output("STILL").await;
+    again.type_text("echo AG\"\"AIN\n").await;
+    again.expect_output("AGAIN").await;
+    assert_eq!(
+        scenario.helper_pid(1),
+        bob_helper,
+        "the other helper kept running"
+    );
+    let entries = scenario.reported_doctor().await;
+    assert!(all_passed(&entries, HD10), "{entries:?}");
+    let untrusted: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM terminal_sessions WHERE close_detail = 'helper_untrusted'",
+    )
+    .fetch_one(scenario.server.db().db.pool())
+    .await
+    .expect("count");
+    assert_eq!(untrusted, 0);
+    let log = scenario.log();
+    for code in ["helper_untrusted", "helper_unreachable", "peer_mismatch"] {
+        assert!(!log.contains(code), "{code} in the host log:\n{log}");
+    }
 }
 
 /// `mkdir` with `mode`, owned by `owner` (root when `None`).

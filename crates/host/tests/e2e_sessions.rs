@@ -656,34 +656,160 @@ async fn set_state(scenario: &Scenario, state: &str) {
     .await;
 }
 
-/// TM-T16, host part: `bothy-host restart` during a session with a background
-/// process ends the session with host_restarted, leaves no process behind,
-/// and the session cannot be attached any more.
+/// TM-T16, host part: `bothy-host restart` during a session with
+/// background processes that left the shell's session and process group
+/// (`setsid`, `nohup`) ends the session with host_restarted, ends the PTY
+/// and every background process, an attach is refused as closed (409), and
+/// the service logs in again and opens new sessions (6.2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tm_t16_a_restart_of_the_host_service_ends_its_sessions() {
     let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
     let mut device = scenario.open_shell().await;
     start_background(&mut device).await;
+    // The shell and both background processes run (`setsid` forks once more).
+    scenario.wait_session_processes(0, 3).await;
+    let before = scenario.session_processes(0);
     scenario.restart();
     assert_eq!(scenario.closed(device.session_id).await.0, "host_restarted");
+    e2e_common::wait_processes_gone(&before).await;
     scenario.wait_no_session_processes(0).await;
-    let step_up_id = hosts_common::step_up(&scenario.server, &scenario.owner).await;
-    let reply = identity_common::post(
-        &scenario.server,
-        &format!("/api/v1/terminal/sessions/{}/attach", device.session_id),
-        Some(scenario.owner.token()),
-        json!({
-            "client_ephemeral_key_hash": bothy_proto::b64::encode(&[1u8; 32]),
-            "step_up_id": step_up_id,
-        }),
+    scenario
+        .assert_attach_refused_as_closed(&scenario.owner, device.session_id)
+        .await;
+    scenario.wait_connected().await;
+    let mut again = scenario.open_shell().await;
+    again.type_text("echo AG\"\"AIN\n").await;
+    again.expect_output("AGAIN").await;
+}
+
+/// TM-T16, the service manager killed (3.4, issue 15): `kill -9` of
+/// `bothy-host supervise` takes the service and the helpers along (their
+/// parent-death signal), so no orphaned service keeps the control
+/// connection; the next supervise ends whatever was left of the old tree
+/// (the session's background processes) before it starts anything. The host
+/// stays `active` (never disabled with duplicate_connection), the old
+/// session ends host_restarted, and a new session opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t16_a_killed_supervise_takes_its_tree_along_and_the_next_one_starts_clean() {
+    let mut scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let mut device = scenario.open_shell().await;
+    start_background(&mut device).await;
+    scenario.wait_session_processes(0, 3).await;
+    let service = scenario.service_pid();
+    let helper = scenario.helper_pid(0);
+    let sessions = scenario.session_processes(0);
+    scenario.kill_supervise();
+    // The service and the helper die with their service manager.
+    e2e_common::wait_processes_gone(&[service, helper]).await;
+    scenario.wait_disconnected().await;
+    scenario.start_service();
+    scenario.wait_connected().await;
+    // The new supervise ended the rest of the old tree.
+    e2e_common::wait_processes_gone(&sessions).await;
+    assert_eq!(scenario.closed(device.session_id).await.0, "host_restarted");
+    let mut again = scenario.open_shell().await;
+    again.type_text("echo AG\"\"AIN\n").await;
+    again.expect_output("AGAIN").await;
+    assert_eq!(scenario.host_state().await, ("active".to_owned(), None));
+    assert!(
+        !scenario.log().contains("4112"),
+        "no duplicate connection: {}",
+        scenario.log()
+    );
+}
+
+/// 6.5 (issue 15): the session's cgroup lies in the helper's delegated
+/// subtree, which belongs to the session user. A process of the session
+/// that moves itself into a new cgroup of that subtree, and one that moves
+/// into the helper's own leaf, still end with the session when it is
+/// revoked (closed by an owner); the new cgroup is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_that_leave_the_session_cgroup_still_end_with_the_session() {
+    let scenario = Scenario::start(
+        Engine::Sqlite,
+        Options {
+            session_users: 2,
+            ..Options::default()
+        },
     )
     .await;
-    assert!(
-        reply.status.is_client_error(),
-        "attach after the restart: {:?}",
-        reply.body
+    // A second owner with the second session user, whose session the first
+    // owner closes (closed_by_owner, 8.3).
+    let alice = invited_person(&scenario.server, &scenario.owner, "alice", "owner", 2).await;
+    scenario.assign_user(&alice, 1).await;
+    let mut device = scenario.open_as(&alice, "shell", size()).await;
+    let base = helper_subtree(&scenario, 1);
+    let b = base.display();
+    device
+        .type_text(&format!(
+            "mkdir {b}/escape && sh -c 'echo $$ > {b}/escape/cgroup.procs && exec sleep 1002' & \
+             sh -c 'echo $$ > {b}/helper/cgroup.procs && exec sleep 1003' & echo ES\"\"CAPED\n"
+        ))
+        .await;
+    device.expect_output("ESCAPED").await;
+    // Both moved: `sleep 1002` in the new cgroup, `sleep 1003` beside the helper.
+    let escaped = wait_escaped(&scenario, 1, &[("1002", "/escape"), ("1003", "/helper")]).await;
+    let path = format!("/api/v1/terminal/sessions/{}/close", device.session_id);
+    let reply = post_empty(&scenario.server, &path, scenario.owner.token()).await;
+    assert!(reply.status.is_success(), "{:?}", reply.body);
+    assert_eq!(
+        device.expect_close().await,
+        (4100, "closed_by_owner".to_owned())
     );
-    scenario.wait_connected().await;
+    assert_eq!(
+        scenario.closed(device.session_id).await.0,
+        "closed_by_owner"
+    );
+    e2e_common::wait_processes_gone(&escaped).await;
+    scenario.wait_no_session_processes(1).await;
+    assert!(!base.join("escape").exists(), "the foreign cgroup is gone");
+    // The helper itself was spared and serves the next session.
+    let mut again = scenario.open_as(&alice, "shell", size()).await;
+    again.type_text("echo AG\"\"AIN\n").await;
+    again.expect_output("AGAIN").await;
+}
+
+/// The delegated cgroup of the helper of session user `index` (the parent
+/// of its leaf `helper`, 6.5), as a folder of the cgroup v2 hierarchy.
+fn helper_subtree(scenario: &Scenario, index: usize) -> std::path::PathBuf {
+    let helper = scenario.helper_pid(index);
+    let text = std::fs::read_to_string(format!("/proc/{helper}/cgroup")).expect("cgroup");
+    let own = bothy_host::helper::cgroup::parse_own_cgroup(&text).expect("cgroup v2");
+    let leaf = bothy_host::helper::cgroup::cgroup2_mount()
+        .expect("cgroup2")
+        .join(own.trim_start_matches('/'));
+    leaf.parent().expect("the delegated cgroup").to_owned()
+}
+
+/// Waits until, for every (argument, cgroup suffix), a `sleep <argument>` of
+/// session user `index` runs in a cgroup ending with the suffix; their PIDs.
+async fn wait_escaped(scenario: &Scenario, index: usize, wanted: &[(&str, &str)]) -> Vec<u32> {
+    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
+    loop {
+        let mut found = Vec::new();
+        for (argument, suffix) in wanted {
+            for pid in scenario.session_processes(index) {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let cgroup =
+                    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+                if cmdline == format!("sleep\0{argument}\0").as_bytes()
+                    && cgroup
+                        .lines()
+                        .any(|l| l.starts_with("0::") && l.ends_with(suffix))
+                {
+                    found.push(pid);
+                }
+            }
+        }
+        if found.len() == wanted.len() {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the processes never left the session's cgroup: {found:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// TM-T22: a session cannot read the state directory or the key file.

@@ -307,6 +307,90 @@ async fn sigterm_stops_everything_and_removes_cgroups_endpoints_and_records() {
     }
     assert!(!manager::service_record(&sup.runtime_dir).exists());
     assert!(!manager::supervise_record(&sup.runtime_dir).exists());
+    assert!(!manager::supervise_cgroup_record(&sup.runtime_dir).exists());
+}
+
+/// 3.4, issue 15: `kill -9` of supervise. The service and the helpers die
+/// with it (parent-death signal); what a session started outside the shell
+/// lives on in the old tree until the next supervise, which ends that tree
+/// (named by `supervise.pid` and `supervise.cgroup`) and removes it before it
+/// starts its own units.
+#[tokio::test]
+async fn a_killed_supervise_takes_its_units_along_and_the_next_one_ends_the_rest() {
+    let mut sup = Supervised::start(1);
+    let old_supervise = sup.child.as_ref().unwrap().id();
+    let uid = sup.user(0).uid;
+    let old_root = sup.helper_cgroup(sup.user(0)).parent().unwrap().to_owned();
+    let mount = bothy_host::helper::cgroup::cgroup2_mount().unwrap();
+    assert_eq!(
+        manager::read_cgroup_record(&sup.runtime_dir).unwrap(),
+        std::path::Path::new("/").join(old_root.strip_prefix(&mount).unwrap())
+    );
+    let _main = sup.main(sup.user(0)).await;
+    let mut s = sup
+        .session(sup.user(0), StartProgram::Shell, (80, 24))
+        .await;
+    s.type_text("setsid sleep 1061 </dev/null >/dev/null 2>&1 & printf 'K:%s:\\n' ok\n")
+        .await;
+    s.wait_for("K:ok:").await;
+    // The process that runs `sleep` itself (not `setsid`, which may fork).
+    let sleeper = poll("the sleep", || {
+        processes_of(uid, "sleep 1061").into_iter().find(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(b"sleep\0"))
+        })
+    });
+    let helper = sup.helper_pid(sup.user(0));
+    let service = sup.service_pid();
+
+    let mut child = sup.child.take().unwrap();
+    signal(old_supervise, Signal::SIGKILL);
+    child.wait().unwrap();
+    poll("the units to die with supervise", || {
+        [helper, service]
+            .iter()
+            .all(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .then_some(())
+    });
+    assert!(
+        std::path::Path::new(&format!("/proc/{sleeper}")).exists(),
+        "the session's own process is left for the next supervise"
+    );
+
+    sup.child = Some(sup.spawn_supervise());
+    // The old records go first, then the new units write theirs.
+    let record = manager::helper_record(&sup.runtime_dir, &sup.user(0).name);
+    poll("the new helper", || {
+        manager::read_record(&sup.runtime_dir, &record)
+            .ok()
+            .filter(|pid| *pid != helper)
+    });
+    let service_record = manager::service_record(&sup.runtime_dir);
+    poll("the new service", || {
+        manager::read_record(&sup.runtime_dir, &service_record)
+            .ok()
+            .filter(|pid| *pid != service)
+    });
+    poll("the old tree to be gone", || {
+        (!old_root.exists() && processes_of(uid, "sleep 1061").is_empty()).then_some(())
+    });
+    assert!(sup.log_text().contains("previous_tree_ended"));
+    let new_supervise = sup.child.as_ref().unwrap().id();
+    assert_eq!(
+        manager::read_record(
+            &sup.runtime_dir,
+            &manager::supervise_record(&sup.runtime_dir)
+        )
+        .unwrap(),
+        new_supervise
+    );
+    let new_root = sup.helper_cgroup(sup.user(0)).parent().unwrap().to_owned();
+    assert!(new_root.ends_with(format!("bothy-host-{new_supervise}")));
+    let _main = sup.main(sup.user(0)).await;
+    let mut again = sup
+        .session(sup.user(0), StartProgram::Shell, (80, 24))
+        .await;
+    again.type_text("exit 0\n").await;
+    assert_eq!(again.exited().await, Some(0));
 }
 
 /// The configuration file of `sup` with `edit` applied.

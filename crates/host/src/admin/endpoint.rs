@@ -77,18 +77,47 @@ fn is_doctor_request(bytes: &[u8]) -> bool {
         .unwrap_or(false)
 }
 
-/// Listens on `admin.sock` until the service stops.
-pub async fn serve(host: Arc<Host>) {
-    let path = host.state.file(ADMIN_SOCKET);
-    let _ = std::fs::remove_file(&path);
-    let listener = match UnixListener::bind(&path) {
-        Ok(listener) => listener,
-        Err(error) => {
-            tracing::warn!(%error, code = "admin_endpoint_unavailable", "bothy-host doctor cannot reach the running service");
-            return;
-        }
-    };
-    let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
+/// Why `admin.sock` was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum EndpointError {
+    /// Binding the socket failed: `bothy-host doctor` then checks by itself
+    /// (the service runs on).
+    #[error("admin.sock cannot be bound")]
+    Unavailable(#[source] std::io::Error),
+    /// The socket could not be given mode 0600: it is removed, and the
+    /// service does not start (D-333).
+    #[error("admin.sock cannot be given mode 0600")]
+    Unprotected(#[source] std::io::Error),
+}
+
+/// Binds `admin.sock` at `path` (an old one is removed) and gives it mode
+/// 0600; a socket whose mode cannot be set is removed again.
+pub fn bind(path: &Path) -> Result<UnixListener, EndpointError> {
+    let _ = std::fs::remove_file(path);
+    let listener = UnixListener::bind(path).map_err(EndpointError::Unavailable)?;
+    if let Err(error) = protect(path) {
+        drop(listener);
+        let _ = std::fs::remove_file(path);
+        return Err(EndpointError::Unprotected(error));
+    }
+    Ok(listener)
+}
+
+/// `chmod 0600` of the socket at `path`, then a look that it took.
+fn protect(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    let metadata = std::fs::symlink_metadata(path)?;
+    if !metadata.file_type().is_socket() || metadata.permissions().mode() & 0o777 != 0o600 {
+        return Err(std::io::Error::other(
+            "admin.sock is not a socket of mode 0600",
+        ));
+    }
+    Ok(())
+}
+
+/// Serves `admin.sock` until the service stops.
+pub async fn serve(host: Arc<Host>, listener: UnixListener) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
@@ -172,5 +201,29 @@ mod tests {
         assert!(!is_doctor_request(b"{\"op\":\"doctor\",\"x\":1}"));
         assert!(!is_doctor_request(b"{\"op\":\"restart\"}"));
         assert!(!is_doctor_request(b"doctor"));
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_is_bound_with_mode_0600_or_not_at_all() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join(ADMIN_SOCKET);
+        // A stale file at the path goes first.
+        std::fs::write(&path, b"stale").expect("write");
+        let listener = bind(&path).expect("bound");
+        let mode = std::fs::symlink_metadata(&path)
+            .expect("socket")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        drop(listener);
+        // The chmod step fails for a path with nothing at it (the typed
+        // error the service refuses its start with). A failure of the chmod
+        // of the service's own new socket cannot be made in a test: the
+        // owner of a file may always change its mode on a local file system.
+        assert!(protect(&dir.path().join("missing")).is_err());
+        assert!(matches!(
+            bind(&dir.path().join("no-folder").join(ADMIN_SOCKET)),
+            Err(EndpointError::Unavailable(_))
+        ));
     }
 }

@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `bothy-host.service` | the service: `User=` the service user, `Restart=on-failure`, `RestartPreventExitStatus=78`, `RuntimeDirectory=bothy-host-confirm` |
 //! | `bothy-host-helper@<user>.socket` | the channel endpoint `<runtime_dir>/helper/<user>.sock` of one session user's helper: socket activation, the service user's, mode 0600, folders root's with mode 0755 |
-//! | `bothy-host-helper@<user>.service` | that helper: `User=<user>`, `Delegate=yes`, `Restart=on-failure`, `RestartPreventExitStatus=78` |
+//! | `bothy-host-helper@<user>.service` | that helper: `User=<user>`, `Delegate=yes`, `Restart=always`, `RestartSec=1s`, `StartLimitIntervalSec=0`, `RestartPreventExitStatus=78` (its own session user can end it with any signal: it comes back, D-330) |
 //! | `multi-user.target.wants/bothy-host.service`, `sockets.target.wants/bothy-host-helper@<user>.socket` | the links `systemctl enable` makes |
 //!
 //! The endpoint has the form `bothy-host supervise` gives it (D-132): one
@@ -185,13 +185,15 @@ pub fn helper_service_unit(inputs: &UnitInputs, user: &str) -> String {
 Description=bothy-host: PTY helper of session user {user}\n\
 Requires={socket}\n\
 After={socket}\n\
+StartLimitIntervalSec=0\n\
 \n\
 [Service]\n\
 Type=simple\n\
 User={user}\n\
 ExecStart={binary} pty-helper\n\
 Delegate=yes\n\
-Restart=on-failure\n\
+Restart=always\n\
+RestartSec=1s\n\
 RestartPreventExitStatus={PREVENT_RESTART}\n",
         socket = helper_socket(user),
         binary = inputs.binary.display(),
@@ -540,6 +542,12 @@ mod tests {
             ("User", "alice"),
             ("Delegate", "yes"),
             ("ExecStart", "/usr/local/bin/bothy-host pty-helper"),
+            // Whatever ends it (also SIGTERM by its own session user, which
+            // on-failure counts as clean), it comes back, without a start
+            // limit that a few kills would exhaust (D-330); 78 stays down.
+            ("Restart", "always"),
+            ("RestartSec", "1s"),
+            ("StartLimitIntervalSec", "0"),
             ("RestartPreventExitStatus", "78"),
         ] {
             assert!(d.contains(&wanted), "{wanted:?} in {helper}");

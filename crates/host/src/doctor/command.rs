@@ -11,7 +11,7 @@
 //! * `bothy-host doctor-probe --user NAME` ([`probe_command`]): started as root,
 //!   it gives root up for NAME (its groups from the group database, then group
 //!   and user IDs; getting root back must fail), protects its memory
-//!   (`PR_SET_DUMPABLE` 0), reads one request on standard input and writes the
+//!   (`PR_SET_DUMPABLE` 0; it stops when that fails), reads one request on standard input and writes the
 //!   answer of [`super::helper_side::helper_checks`] to standard output.
 //! * `bothy-host login-probe NONCE` ([`super::hd6::login_probe_command`]): what
 //!   the login shell of the HD6 probe `exec`s.
@@ -206,7 +206,17 @@ pub fn probe_command(user: &str) -> i32 {
         eprintln!("bothy-host doctor-probe: {e}");
         return EXIT_CANNOT_RUN;
     }
-    let _ = nix::sys::prctl::set_dumpable(false);
+    // The probe runs the helper's checks as the user, beside that user's
+    // other processes: without PR_SET_DUMPABLE 0 they could attach to it and
+    // forge its answer (2.2 "PTY helper" item 4), so a failure ends it before
+    // it reads the request. No test makes this call fail: on Linux
+    // prctl(PR_SET_DUMPABLE, 0) fails only for an argument other than 0 or 1
+    // (EINVAL), which this call never passes; the check stays so that a
+    // kernel or seccomp filter that refuses it fails closed.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+        eprintln!("bothy-host doctor-probe: PR_SET_DUMPABLE failed ({e}); the probe does not run");
+        return EXIT_CANNOT_RUN;
+    }
     let mut request = Vec::new();
     let limit = u64::try_from(MAX_WIRE_BYTES).unwrap_or(u64::MAX) + 1;
     if std::io::stdin()

@@ -359,10 +359,13 @@ fn hd6_checks(
     observation
 }
 
-/// HD3: `sudo -n true` with the first `sudo` of the list that exists. Success,
-/// or no end within the bound, is passwordless sudo (fail closed).
+/// HD3: `sudo -n true` with the first `sudo` of the list that exists (a
+/// name that resolves to nothing is no `sudo`). Success, no end within the
+/// bound, or a `sudo` that exists but cannot be started (not executable, not
+/// a program, a folder, no process left) is passwordless sudo: what was not
+/// checked does not pass (fail closed, D-333).
 pub(crate) fn passwordless_sudo(candidates: &[PathBuf], timeout: Duration) -> bool {
-    let Some(sudo) = candidates.iter().find(|p| program::executable_file(p)) else {
+    let Some(sudo) = candidates.iter().find(|p| std::fs::metadata(p).is_ok()) else {
         return false;
     };
     let mut command = Command::new(sudo);
@@ -374,7 +377,13 @@ pub(crate) fn passwordless_sudo(candidates: &[PathBuf], timeout: Duration) -> bo
     match bounded::run(&mut command, timeout, 0) {
         Ok(done) => done.status.success(),
         Err(bounded::RunError::Timeout) => true,
-        Err(bounded::RunError::Spawn) => false,
+        Err(bounded::RunError::Spawn) => {
+            tracing::warn!(
+                code = "sudo_not_started",
+                "sudo exists but could not be started; HD3 fails closed"
+            );
+            true
+        }
     }
 }
 
@@ -480,14 +489,11 @@ fn lock(scan: &ScanSlot) -> std::sync::MutexGuard<'_, ScanShared> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_request_that_does_not_decode_or_names_another_user_is_refused() {
-        let mut state = HelperState::with_probe_program(PathBuf::from("/nonexistent"), true);
-        let answer = CheckAnswer::decode(&helper_checks(b"{", &mut state)).expect("decodes");
-        assert_eq!(answer, CheckAnswer::Refused(Refusal::BadRequest));
-        let request = CheckRequest {
-            kind: RequestKind::Identities,
-            uid: nix::unistd::getuid().as_raw() + 1,
+    /// A request of `kind` for `uid` that names no location.
+    fn bare_request(kind: RequestKind, uid: u32) -> CheckRequest {
+        CheckRequest {
+            kind,
+            uid,
             home: "/root".into(),
             shell: "/bin/sh".into(),
             others: vec![],
@@ -501,10 +507,65 @@ mod tests {
             sudo: vec![],
             auth_status_timeout_ms: 1000,
             entry_scan_timeout_ms: 1000,
-        };
+        }
+    }
+
+    #[test]
+    fn a_request_that_does_not_decode_or_names_another_user_is_refused() {
+        let mut state = HelperState::with_probe_program(PathBuf::from("/nonexistent"), true);
+        let answer = CheckAnswer::decode(&helper_checks(b"{", &mut state)).expect("decodes");
+        assert_eq!(answer, CheckAnswer::Refused(Refusal::BadRequest));
+        let request = bare_request(RequestKind::Identities, nix::unistd::getuid().as_raw() + 1);
         let answer =
             CheckAnswer::decode(&helper_checks(&request.encode(), &mut state)).expect("decodes");
         assert_eq!(answer, CheckAnswer::Refused(Refusal::WrongUser));
+    }
+
+    /// HD3 fails closed (issue 15): a `sudo` that exists but cannot be
+    /// started — not executable, not a program, a folder — counts as
+    /// passwordless sudo; only when no candidate exists does HD3 pass.
+    #[test]
+    fn a_sudo_that_exists_but_cannot_be_started_fails_hd3() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let not_executable = dir.path().join("sudo-0644");
+        std::fs::write(&not_executable, b"#!/bin/sh\nexit 1\n").expect("write");
+        std::fs::set_permissions(&not_executable, std::fs::Permissions::from_mode(0o644))
+            .expect("chmod");
+        let no_program = dir.path().join("sudo-garbage");
+        std::fs::write(&no_program, b"\x01\x02 not a program").expect("write");
+        std::fs::set_permissions(&no_program, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let folder = dir.path().join("sudo-folder");
+        std::fs::create_dir(&folder).expect("mkdir");
+        let missing = dir.path().join("missing");
+        let timeout = Duration::from_secs(10);
+        for sudo in [&not_executable, &no_program, &folder] {
+            assert!(
+                passwordless_sudo(&[missing.clone(), sudo.clone()], timeout),
+                "{}",
+                sudo.display()
+            );
+        }
+        // The same through the helper's answer to a request of kind sudo.
+        let mut state = HelperState::with_probe_program(PathBuf::from("/nonexistent"), true);
+        let request = CheckRequest {
+            sudo: vec![not_executable.clone()],
+            auth_status_timeout_ms: 10_000,
+            ..bare_request(RequestKind::Sudo, nix::unistd::getuid().as_raw())
+        };
+        assert_eq!(
+            CheckAnswer::decode(&helper_checks(&request.encode(), &mut state)).expect("decodes"),
+            CheckAnswer::Sudo {
+                passwordless_sudo: true
+            }
+        );
+        // A sudo that runs and refuses passes; none at all passes.
+        let refusing = dir.path().join("sudo-refuses");
+        std::fs::write(&refusing, b"#!/bin/sh\nexit 1\n").expect("write");
+        std::fs::set_permissions(&refusing, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        assert!(!passwordless_sudo(&[missing.clone(), refusing], timeout));
+        assert!(!passwordless_sudo(&[missing], timeout));
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! process of the same user may not attach or read its memory); the listening
 //! socket from the service manager ([`crate::channel::peer`]); the move into
 //! the leaf `<its cgroup>/helper`, which fails the start when the cgroup is
-//! not delegated to it; cgroups `s-*` left by an earlier run are ended. A
+//! not delegated to it; every cgroup and stray process an earlier run left
+//! in its subtree is ended ([`Helper::sweep`]). A
 //! refused start exits [`crate::EXIT_REFUSED_START`] (78) with a log line that
 //! names the code, so neither systemd nor supervise restarts it in a loop.
 //!
@@ -29,6 +30,7 @@
 //! - [`cgroup`]: cgroup v2: own cgroup, create, kill, wait, remove.
 //! - `session`: one session connection: start, input, size, output, end.
 
+use std::collections::HashSet;
 use std::ffi::OsString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -89,13 +91,14 @@ pub fn command() -> i32 {
             return crate::EXIT_REFUSED_START;
         }
     };
-    end_stale_sessions(&base);
     let helper = Arc::new(Helper::new(
         user,
         base,
         std::env::vars_os().collect(),
         HelperState::default(),
     ));
+    // Whatever an earlier run of this helper left in its subtree ends now.
+    helper.sweep();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -130,26 +133,6 @@ pub fn enter_cgroup() -> std::io::Result<Cgroup> {
     Ok(base)
 }
 
-/// Ends every `s-*` cgroup under `base` (left by a helper that died).
-fn end_stale_sessions(base: &Cgroup) {
-    let names = base.children().unwrap_or_default();
-    let mut ended = 0usize;
-    for name in names.iter().filter(|n| n.starts_with(SESSION_PREFIX)) {
-        if base
-            .child(name)
-            .kill_and_remove(cgroup::EMPTY_BOUND)
-            .is_ok()
-        {
-            ended += 1;
-        } else {
-            warn!(code = "stale_session_not_removed");
-        }
-    }
-    if ended > 0 {
-        info!(code = "stale_sessions_ended", count = ended);
-    }
-}
-
 /// The state of one helper process.
 #[derive(Debug)]
 pub struct Helper {
@@ -159,6 +142,74 @@ pub struct Helper {
     state: Arc<Mutex<HelperState>>,
     main: Mutex<Option<MainSlot>>,
     next_main: AtomicU64,
+    /// The cgroups (`s-<session id>`) of the sessions that are starting or
+    /// running; every other cgroup of the subtree is swept ([`Helper::sweep`]).
+    live: Mutex<HashSet<String>>,
+}
+
+/// A claimed session cgroup name (see [`Helper::claim`]).
+#[derive(Debug)]
+struct LiveClaim {
+    helper: Arc<Helper>,
+    name: String,
+}
+
+impl Drop for LiveClaim {
+    fn drop(&mut self) {
+        self.helper
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.name);
+    }
+}
+
+/// Kills and removes `cgroup` with everything below; 1 when it was there.
+fn end_cgroup(cgroup: &Cgroup) -> usize {
+    match cgroup.kill_and_remove(cgroup::EMPTY_BOUND) {
+        Ok(()) => 1,
+        Err(e) => {
+            warn!(code = "stray_cgroup_not_removed", error = %e);
+            0
+        }
+    }
+}
+
+/// Kills every process of the helper's leaf that is not in the helper's own
+/// POSIX session, until none is left (at most [`cgroup::EMPTY_BOUND`]); how
+/// many were killed.
+fn end_strangers(leaf: &Cgroup) -> usize {
+    let own = nix::unistd::getpid();
+    let Ok(own_session) = nix::unistd::getsid(None) else {
+        warn!(code = "helper_session_unknown");
+        return 0;
+    };
+    let deadline = std::time::Instant::now() + cgroup::EMPTY_BOUND;
+    let mut killed: HashSet<nix::unistd::Pid> = HashSet::new();
+    loop {
+        let strangers: Vec<nix::unistd::Pid> = leaf
+            .processes()
+            .unwrap_or_default()
+            .into_iter()
+            .map(nix::unistd::Pid::from_raw)
+            .filter(|pid| *pid != own)
+            // A process that is gone already has no session: nothing to do.
+            .filter(|pid| nix::unistd::getsid(Some(*pid)).is_ok_and(|sid| sid != own_session))
+            .collect();
+        if strangers.is_empty() {
+            return killed.len();
+        }
+        for pid in strangers {
+            if nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).is_ok() {
+                killed.insert(pid);
+            }
+        }
+        if std::time::Instant::now() >= deadline {
+            warn!(code = "escaped_processes_not_ended");
+            return killed.len();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
 }
 
 /// The live main connection: while its sender lives, sessions run.
@@ -183,6 +234,72 @@ impl Helper {
             state: Arc::new(Mutex::new(state)),
             main: Mutex::new(None),
             next_main: AtomicU64::new(1),
+            live: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Drops `claim` and sweeps the subtree ([`Helper::sweep`]) on a
+    /// blocking thread: the last step of every end of a session whose
+    /// processes ran.
+    async fn release(self: &Arc<Self>, claim: LiveClaim) {
+        drop(claim);
+        let helper = Arc::clone(self);
+        if tokio::task::spawn_blocking(move || helper.sweep())
+            .await
+            .is_err()
+        {
+            warn!(code = "sweep_failed");
+        }
+    }
+
+    /// Claims the cgroup name of a session before its cgroup is made; the
+    /// claim ends when the returned value is dropped (after the cgroup is
+    /// removed).
+    fn claim(self: &Arc<Self>, name: String) -> LiveClaim {
+        self.live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.clone());
+        LiveClaim {
+            helper: Arc::clone(self),
+            name,
+        }
+    }
+
+    /// Ends what escaped a session (6.5, D-331). The subtree of the helper
+    /// belongs to its session user, so a process of a session can make a
+    /// cgroup of its own in it, or move into the helper's leaf, and so leave
+    /// the cgroup that `cgroup.kill` ends. Blocking; runs after every end of
+    /// a session and at the start:
+    /// - every cgroup of the subtree other than the leaf `helper` and the
+    ///   cgroups of live sessions is killed and removed;
+    /// - every cgroup below the leaf likewise;
+    /// - in the leaf itself, every process outside the helper's own POSIX
+    ///   session is killed: the helper's checks run there in its session,
+    ///   and no process of a session can join it (each session starts with
+    ///   `setsid`, and a process never enters an existing POSIX session of
+    ///   another process).
+    pub fn sweep(&self) {
+        let mut ended = 0usize;
+        let names = self.base.children().unwrap_or_default();
+        for name in names.iter().filter(|n| n.as_str() != HELPER_LEAF) {
+            let live = self
+                .live
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .contains(name);
+            if live {
+                continue;
+            }
+            ended += end_cgroup(&self.base.child(name));
+        }
+        let leaf = self.base.child(HELPER_LEAF);
+        for name in leaf.children().unwrap_or_default() {
+            ended += end_cgroup(&leaf.child(&name));
+        }
+        ended += end_strangers(&leaf);
+        if ended > 0 {
+            info!(code = "escaped_processes_ended", count = ended);
         }
     }
 

@@ -11,7 +11,9 @@
 //! of the (multi-threaded) parent: signals back to their defaults and unblocked,
 //! `setsid` and `TIOCSCTTY`, the descriptors moved into place and every other
 //! one closed at exec, `setgroups`/`setresgid`/`setresuid` as raw system calls
-//! (the libc wrappers would try to reach the parent's other threads), `chdir`,
+//! (the libc wrappers would try to reach the parent's other threads), the
+//! parent-death signal when asked for (after the change of user, which
+//! clears it), `chdir`,
 //! `LISTEN_PID` written into a prepared buffer, `execve`. A failure in the
 //! child travels as stage and errno through a close-on-exec pipe, so the start
 //! fails with its cause instead of a child that exits 127.
@@ -102,6 +104,12 @@ pub struct ExecPlan<'a> {
     pub credentials: Option<Credentials>,
     /// The cgroup folder the child is created in.
     pub cgroup: BorrowedFd<'a>,
+    /// The signal the child gets when the thread that started it ends
+    /// (`PR_SET_PDEATHSIG`, set after the change of user, which clears it);
+    /// a child whose parent already ended before that exits at once. Only
+    /// for a caller whose calling thread lives as long as the process
+    /// (supervise's single thread), never from a pool thread.
+    pub parent_death_signal: Option<c_int>,
 }
 
 /// Largest number of descriptors an [`ExecPlan`] maps.
@@ -138,6 +146,8 @@ pub enum Stage {
     Chdir = 8,
     /// `execve`.
     Exec = 9,
+    /// `PR_SET_PDEATHSIG`, or the parent ended before it was set.
+    ParentDeath = 10,
 }
 
 impl Stage {
@@ -152,6 +162,7 @@ impl Stage {
             7 => Stage::Uid,
             8 => Stage::Chdir,
             9 => Stage::Exec,
+            10 => Stage::ParentDeath,
             _ => return None,
         })
     }
@@ -242,6 +253,8 @@ struct Prepared {
     groups: Vec<libc::gid_t>,
     default_action: libc::sigaction,
     empty_mask: libc::sigset_t,
+    /// The signal and the PID of the parent (this process).
+    parent_death: Option<(c_int, libc::pid_t)>,
 }
 
 /// Starts the child of `plan` inside its cgroup. Safe to call from any thread
@@ -321,6 +334,9 @@ pub fn clone_exec(plan: &ExecPlan<'_>) -> Result<Child, SpawnError> {
             .unwrap_or_default(),
         default_action,
         empty_mask,
+        parent_death: plan
+            .parent_death_signal
+            .map(|signal| (signal, nix::unistd::getpid().as_raw())),
     };
 
     let (report_read, report_write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
@@ -464,6 +480,20 @@ fn child(p: &Prepared, report: RawFd) -> ! {
             }
         }
 
+        // After the change of user: a change of the effective IDs clears
+        // the parent-death signal.
+        if let Some((signal, parent)) = p.parent_death {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) != 0 {
+                fail(Stage::ParentDeath, report);
+            }
+            // The parent ended before the signal was armed: it would never
+            // come, so the child goes now.
+            if libc::syscall(libc::SYS_getppid) as libc::pid_t != parent {
+                *libc::__errno_location() = libc::ESRCH;
+                fail(Stage::ParentDeath, report);
+            }
+        }
+
         if let Some(cwd) = &p.cwd
             && libc::chdir(cwd.as_ptr()) != 0
         {
@@ -569,6 +599,8 @@ pub fn spawn(spec: &SpawnSpec, cgroup: BorrowedFd<'_>) -> Result<Pty, SpawnError
         session: SessionMode::NewWithTerminal,
         credentials: None,
         cgroup,
+        // A session ends with its cgroup, never with a thread of the helper.
+        parent_death_signal: None,
     };
     let child = clone_exec(&plan)?;
     drop(slave);
@@ -736,6 +768,7 @@ mod tests {
             session: SessionMode::New,
             credentials: None,
             cgroup: dir.as_fd(),
+            parent_death_signal: None,
         };
         match clone_exec(&plan("/nonexistent/program", None)) {
             Err(SpawnError::Child { stage, errno }) => {
@@ -766,6 +799,7 @@ mod tests {
             session: SessionMode::Keep,
             credentials: None,
             cgroup: folder.as_fd(),
+            parent_death_signal: None,
         };
         assert!(matches!(clone_exec(&plan), Err(SpawnError::Clone(_))));
     }

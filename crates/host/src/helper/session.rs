@@ -9,7 +9,8 @@
 //! Every end — `End`, the session connection lost, a broken message, the
 //! leader's exit, the main connection lost — kills the whole cgroup at once
 //! (`cgroup.kill`, no grace, D-M2-45-13), waits for it to be empty, removes it,
-//! and reaps the leader. Then the output task sends what the PTY still holds
+//! reaps the leader, and sweeps the helper's subtree for processes that left
+//! the session's cgroup (`Helper::sweep`, D-331). Then the output task sends what the PTY still holds
 //! and `Exited`: the leader's status (or 128 + signal), `None` after the main
 //! connection was lost (the service ends those sessions without exit code,
 //! 6.2 "Broken channel"). A lost session connection gets nothing more.
@@ -74,10 +75,11 @@ pub(super) async fn run(
             .await;
         return;
     };
-    let cgroup = match helper
-        .base
-        .create_child(&format!("{SESSION_PREFIX}{session_id}"), false)
-    {
+    let name = format!("{SESSION_PREFIX}{session_id}");
+    // Claimed before the cgroup exists, so a sweep of another session's end
+    // never takes it for a stray one.
+    let claim = helper.claim(name.clone());
+    let cgroup = match helper.base.create_child(&name, false) {
         Ok(c) => c,
         Err(e) => {
             warn!(code = "session_cgroup_refused", %session_id, error = %e, "pty_failed");
@@ -127,6 +129,7 @@ pub(super) async fn run(
             // Dropping both closes them; the tree still has to go.
             drop((master, leader));
             finish_cgroup(cgroup).await;
+            helper.release(claim).await;
             let _ = writer
                 .send(&FromHelper::StartFailed(StartFailure::PtyFailed))
                 .await;
@@ -136,6 +139,7 @@ pub(super) async fn run(
     if writer.send(&FromHelper::Started).await.is_err() {
         end_tree(&cgroup, &leader).await;
         finish_cgroup(cgroup).await;
+        helper.release(claim).await;
         return;
     }
     info!(code = "session_started", %session_id);
@@ -179,6 +183,8 @@ pub(super) async fn run(
     };
     let status = end_tree(&cgroup, &leader).await;
     finish_cgroup(cgroup).await;
+    // What left the session's cgroup ends before the end is reported (D-331).
+    helper.release(claim).await;
     info!(code = "session_ended", %session_id, reason = reason.code());
     match reason {
         Reason::ConnectionLost => output.abort(),

@@ -450,6 +450,41 @@ impl Scenario {
         }
     }
 
+    /// Kills `bothy-host supervise` with SIGKILL (a crash of the service
+    /// manager, 3.4) and reaps it; its PID. Nothing else is touched.
+    pub fn kill_supervise(&mut self) -> u32 {
+        let mut child = self.supervise.take().expect("supervise runs");
+        let pid = child.id();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid")),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .expect("SIGKILL to supervise");
+        let _ = child.wait();
+        pid
+    }
+
+    /// The host's state as the server stores it.
+    pub async fn host_state(&self) -> (String, Option<String>) {
+        sqlx::query_as("SELECT state, disabled_reason FROM hosts WHERE id = $1")
+            .bind(&self.host_id)
+            .fetch_one(self.server.db().db.pool())
+            .await
+            .expect("the host row")
+    }
+
+    /// Waits (bounded) until the server no longer counts the host as connected.
+    pub async fn wait_disconnected(&self) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.connected() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the server still counts the host as connected"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The host's ID.
     pub fn host_uuid(&self) -> Uuid {
         Uuid::parse_str(&self.host_id).expect("host ID")
@@ -611,6 +646,30 @@ impl Scenario {
             assert!(
                 tokio::time::Instant::now() < deadline,
                 "fewer than {count} processes of the session user: {running:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits (bounded) until the record of the helper of session user `index`
+    /// names a process other than `old` (supervise started it again); its PID.
+    pub async fn wait_new_helper(&self, index: usize, old: u32) -> u32 {
+        let record = self
+            .runtime_dir
+            .join("pids")
+            .join(format!("helper@{}.pid", self.users[index].name));
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let now = fs::read_to_string(&record)
+                .ok()
+                .and_then(|t| t.trim().parse::<u32>().ok());
+            if let Some(pid) = now.filter(|pid| *pid != old) {
+                return pid;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the helper was never started again; host log:\n{}",
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -997,6 +1056,20 @@ impl Scenario {
         }
     }
 
+    /// Waits (bounded) until the host's log contains `needle` at least
+    /// `count` times.
+    pub async fn wait_log_count(&self, needle: &str, count: usize) {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self.log().matches(needle).count() < count {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{needle} never appeared {count} times in the host log:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits until supervise logs the service's exit 78 (a refused start),
     /// and asserts that it did not restart the service and that the doctor
     /// refused exactly one start.
@@ -1191,6 +1264,32 @@ impl Scenario {
             .trim()
             .parse()
             .expect("a PID")
+    }
+}
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+pub fn process_gone(pid: u32) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/status")) {
+        Ok(status) => status
+            .lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z')),
+        Err(_) => true,
+    }
+}
+
+/// Waits (bounded) until every process of `pids` is gone.
+pub async fn wait_processes_gone(pids: &[u32]) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let left: Vec<u32> = pids.iter().copied().filter(|p| !process_gone(*p)).collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "processes survive: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
