@@ -1067,6 +1067,18 @@ async fn a_server_restart_is_reattached_by_the_client_itself() {
         step_ups_before,
         "no step-up"
     );
+    // The host service's log has the reconnect and the session's detach and
+    // attach, by IDs only (issue 16 item 14).
+    scenario.wait_log("reconnected to the server").await;
+    let log = scenario.log();
+    for what in ["session opened", "session detached", "session attached"] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(what) && l.contains(&session_id.to_string()))
+            .unwrap_or_else(|| panic!("{what}: {log}"));
+        assert!(!line.contains(&scenario.users[0].name), "{line}");
+        assert!(!line.contains('/'), "no path: {line}");
+    }
     let exit = tokio::task::block_in_place(|| {
         type_text(&mut p, "kill %1; exit 6\r");
         finish(&mut p)

@@ -322,15 +322,16 @@ fn bothy_open_of(dir: &Path) -> i32 {
             let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
             let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
             let has = |bytes: &[u8], text: &str| {
-                bytes
-                    .split(|b| *b == 0)
-                    .any(|part| part == text.as_bytes())
+                bytes.split(|b| *b == 0).any(|part| part == text.as_bytes())
             };
             if has(&cmdline, "open") && has(&environ, &wanted) {
                 return pid;
             }
         }
-        assert!(std::time::Instant::now() < deadline, "no bothy open of {dir:?}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no bothy open of {dir:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -404,15 +405,26 @@ fn the_newcomers_path_with_wrong_answers_a_killed_client_and_server_restarts() {
         .exp_regex("[0-9A-Za-z]{4}(-[0-9A-Za-z]{4}){12}")
         .expect("the fingerprint");
     let prefix: String = fingerprint.chars().filter(|c| *c != '-').take(8).collect();
-    let wrong = if prefix == "00000000" { "11111111" } else { "00000000" };
+    let wrong = if prefix == "00000000" {
+        "11111111"
+    } else {
+        "00000000"
+    };
     expect(&mut p, "connected; it reported its session users");
     answer(&mut p, "characters of the fingerprint", wrong);
     answer(&mut p, "(yes/no): ", "yes");
     answer(&mut p, "(none/organization/personal): ", "none");
-    answer(&mut p, "Your own session user on this host (", &session_user);
+    answer(
+        &mut p,
+        "Your own session user on this host (",
+        &session_user,
+    );
     answer(&mut p, "empty to finish): ", "");
     answer(&mut p, "TOTP code for the step-up: ", &app.next_code());
-    expect(&mut p, "2 attempts left (at 0 the host must be paired again)");
+    expect(
+        &mut p,
+        "2 attempts left (at 0 the host must be paired again)",
+    );
     answer(&mut p, "characters of the fingerprint", &prefix);
     answer(&mut p, "TOTP code for the step-up: ", &app.next_code());
     expect(&mut p, "confirmed: active");
