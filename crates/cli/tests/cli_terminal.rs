@@ -1023,6 +1023,18 @@ async fn a_silent_server_is_noticed_by_the_keepalive_and_the_session_reattached(
         step_ups_before,
         "no step-up"
     );
+    // Nothing listens at the login's address any more: the client names the
+    // URL it tried and says nothing of certificates (issue 16 item 8).
+    let base = proxy.base();
+    drop(proxy);
+    let err = client.fails(&["hosts"], 1);
+    assert!(
+        err.contains(&format!(
+            "bothy: unreachable: nothing accepts connections at {base}"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("certificate"), "{err}");
 }
 
 /// Issue 15 item 10 and issue 16 item 8: a restart of the server (as after
