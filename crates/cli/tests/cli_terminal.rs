@@ -617,6 +617,19 @@ async fn usage_errors_exit_2_and_the_help_names_the_exit_status() {
     }
     let err = client.fails(&["close", "abcd"], 1);
     assert!(err.contains("bothy: no_session:"), "{err}");
+    // The whole fingerprint is in `bothy host show` (the tables show its start).
+    let fingerprint =
+        hosts_common::get_host(&scenario.server, scenario.owner.token(), &scenario.host_id)
+            .await
+            .body["key_fingerprint"]
+            .as_str()
+            .expect("fingerprint")
+            .to_owned();
+    let shown = client.ok(&["host", "show", "scenario host"]);
+    assert!(shown.contains(&fingerprint), "{shown}");
+    let hosts = client.ok(&["hosts"]);
+    assert!(!hosts.contains(&fingerprint), "{hosts}");
+    assert!(hosts.contains(&fingerprint[..9]), "{hosts}");
     let err = client.fails(&["attach", "abcd"], 255);
     assert!(err.contains("bothy: no_session:"), "{err}");
 }
