@@ -5,7 +5,13 @@ use clap::{Parser, Subcommand};
 /// The command-line client of the bothy terminal: log in, open a terminal on
 /// a host, end to end encrypted, like ssh.
 #[derive(Debug, Parser)]
-#[command(name = "bothy", version, about, long_about = None)]
+#[command(
+    name = "bothy",
+    version,
+    about,
+    long_about = None,
+    after_help = crate::error::EXIT_STATUS_HELP
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -45,7 +51,8 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List the hosts you can see: state, connected, LLM login, fingerprint.
+    /// List the hosts you can see: state, connected, LLM login, the start of
+    /// the fingerprint (the whole one: bothy host show HOST, or --json).
     Hosts {
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -64,25 +71,42 @@ pub enum Command {
         /// in your session user's list (see bothy hosts --json).
         #[arg(long, value_name = "N")]
         workdir: Option<u32>,
+        #[command(flatten)]
+        alive: Alive,
     },
-    /// List your terminal sessions: host, state, profile, started, time left.
+    /// List your open terminal sessions (--all: closed ones too, with how
+    /// they ended): host, state, profile, started, time left.
     Sessions {
         /// Only the sessions on this host (name or ID).
         #[arg(long)]
         host: Option<String>,
-        /// Print JSON instead of a table.
+        /// Closed sessions too, with their close reason.
+        #[arg(long)]
+        all: bool,
+        /// Print JSON instead of a table (times in RFC 3339).
         #[arg(long)]
         json: bool,
+        /// Sessions per request to the server (1..=500); the list follows
+        /// every page either way.
+        #[arg(long, hide = true, default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..=500))]
+        page_size: u32,
     },
-    /// Attach a detached session again (asks for a TOTP step-up); the host
-    /// replays the recent output first.
+    /// Attach a detached session again; the host replays the recent output
+    /// first. From the same device and login within the server's quick
+    /// reattach window no step-up is asked (6.2), else a TOTP step-up.
+    /// Without SESSION: your only detached session (on --host).
     Attach {
-        /// The session ID (see bothy sessions).
-        session: String,
+        /// The session: its ID or the start of it (see bothy sessions).
+        session: Option<String>,
+        /// Without SESSION: the only detached session on this host.
+        #[arg(long)]
+        host: Option<String>,
+        #[command(flatten)]
+        alive: Alive,
     },
     /// Close a session (yours, or as an owner anyone's).
     Close {
-        /// The session ID (see bothy sessions).
+        /// The session: its ID or the start of it (see bothy sessions).
         session: String,
     },
     /// Administer hosts (owners).
@@ -131,6 +155,17 @@ pub enum Command {
     },
 }
 
+/// The keepalive of the device stream (like ssh's ServerAliveInterval and
+/// ServerAliveCountMax=3).
+#[derive(Debug, Clone, Copy, clap::Args)]
+pub struct Alive {
+    /// Seconds between WebSocket pings to the server; a server or network
+    /// that answers nothing for three of them counts as lost, and the session
+    /// is reattached.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub server_alive_interval: u64,
+}
+
 /// What an owner does with persons.
 #[derive(Debug, Subcommand)]
 pub enum PersonAction {
@@ -175,6 +210,15 @@ pub enum HostAction {
         /// Why (kept in the audit).
         #[arg(long)]
         reason: String,
+    },
+    /// Show everything about a host: state, connection, keys with the whole
+    /// fingerprint, LLM login, session users.
+    Show {
+        /// The host: its name or ID.
+        host: String,
+        /// Print JSON instead of text (times in RFC 3339).
+        #[arg(long)]
+        json: bool,
     },
     /// Confirm a paired host: type the first characters of the fingerprint
     /// `bothy-host pair` showed, declare whether it is the server's machine

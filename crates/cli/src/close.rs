@@ -48,6 +48,14 @@ impl StreamEnd {
         }
     }
 
+    /// Whether the client reattaches by itself after this end, as after a
+    /// connection lost without a close (6.2): the server shutting down for a
+    /// restart (4013 `server_shutdown`, issue 16 item 8), a server going
+    /// away (1001), a connection that broke (1006).
+    pub fn reattachable(&self) -> bool {
+        matches!(self.code, 1001 | 1006) || self.close_code() == Some(CloseCode::ServerShutdown)
+    }
+
     /// The code's name (`terminal_closed`, ...) or `closed_<n>`.
     pub fn code_name(&self) -> String {
         match self.close_code() {
@@ -162,5 +170,9 @@ mod tests {
         assert!(end(4104, "token_invalid").message().starts_with("WARNING"));
         assert_eq!(end(4103, "").code_name(), "terminal_replaced");
         assert_eq!(end(1006, "").code_name(), "closed_1006");
+        assert!(end(4013, "server_shutdown").reattachable());
+        assert!(end(1006, "").reattachable());
+        assert!(!end(4103, "").reattachable());
+        assert!(!end(4100, "client_closed").reattachable());
     }
 }

@@ -1,5 +1,6 @@
 //! The commands: each reads the stored login, calls the server and prints a
-//! result; errors come back to [`run`], which prints them once.
+//! result; errors come back to [`run`], which prints them once and turns
+//! them into the exit status of the scheme in [`crate::error`].
 
 use std::io::IsTerminal;
 
@@ -7,27 +8,26 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use bothy_net::ServerUrl;
-use bothy_noise::EphemeralKey;
-use bothy_proto::b64;
-use bothy_proto::jws::ephemeral_key_hash;
 
 use crate::api::Api;
 use crate::cli::{Cli, Command};
-use crate::close::Reaction;
 use crate::dirs::Dirs;
-use crate::error::ClientError;
+use crate::display::{self, format_duration, format_time, short_fingerprint, short_id};
+use crate::error::{ClientError, EXIT_OK};
 use crate::login::{self, StoredLogin};
 use crate::pins::{Pin, PinCheck, Pins};
 use crate::progress::Spinner;
 use crate::prompt::Tty;
-use crate::terminal::{self, Connected, Ended, Grant, LocalInput};
 
-/// The exit code of a failed command, and of a session that ended without
-/// an exit code of its own (like ssh's 255).
-pub const EXIT_FAILURE: i32 = 1;
-/// The exit code of `open` and `attach` when the session did not end with
-/// the program's exit code.
-pub const EXIT_SESSION_FAILURE: i32 = 255;
+pub use crate::error::{EXIT_FAILURE, EXIT_SESSION_FAILURE, EXIT_USAGE};
+
+/// The server's password rule (at least this many characters; the server
+/// checks it too).
+pub const PASSWORD_MIN_CHARS: usize = 12;
+
+/// How many times a question whose answer the server refused is asked
+/// (like sudo's three password tries).
+pub const TRIES: u32 = 3;
 
 /// Whether stderr may carry colour: a terminal, and `NO_COLOR` unset or empty.
 pub fn color_enabled() -> bool {
@@ -35,7 +35,7 @@ pub fn color_enabled() -> bool {
         && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }
 
-/// Runs a command; returns the process's exit code.
+/// Runs a command; returns the process's exit status (D-371).
 pub fn run(cli: Cli) -> i32 {
     let session_command = matches!(cli.command, Command::Open { .. } | Command::Attach { .. });
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -45,18 +45,18 @@ pub fn run(cli: Cli) -> i32 {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("bothy: runtime: {e}");
-            return EXIT_FAILURE;
+            return if session_command {
+                EXIT_SESSION_FAILURE
+            } else {
+                EXIT_FAILURE
+            };
         }
     };
     match runtime.block_on(dispatch(cli.command)) {
         Ok(code) => code,
         Err(error) => {
             error.print(color_enabled());
-            if session_command {
-                EXIT_SESSION_FAILURE
-            } else {
-                EXIT_FAILURE
-            }
+            error.exit_code(session_command)
         }
     }
 }
@@ -65,7 +65,7 @@ async fn dispatch(command: Command) -> Result<i32, ClientError> {
     if let Command::Completions { shell } = command {
         let mut command = <Cli as clap::CommandFactory>::command();
         clap_complete::generate(shell, &mut command, "bothy", &mut std::io::stdout());
-        return Ok(0);
+        return Ok(EXIT_OK);
     }
     let dirs = Dirs::from_env()?;
     match command {
@@ -82,9 +82,19 @@ async fn dispatch(command: Command) -> Result<i32, ClientError> {
             host,
             profile,
             workdir,
-        } => open(&dirs, &host, &profile, workdir).await,
-        Command::Sessions { host, json } => sessions(&dirs, host.as_deref(), json).await,
-        Command::Attach { session } => attach(&dirs, &session).await,
+            alive,
+        } => crate::attach::open(&dirs, &host, &profile, workdir, alive).await,
+        Command::Sessions {
+            host,
+            all,
+            json,
+            page_size,
+        } => sessions(&dirs, host.as_deref(), all, json, page_size).await,
+        Command::Attach {
+            session,
+            host,
+            alive,
+        } => crate::attach::attach(&dirs, session.as_deref(), host.as_deref(), alive).await,
         Command::Close { session } => close(&dirs, &session).await,
         Command::Host { action } => crate::host_admin::run(&dirs, action).await,
         Command::Grant {
@@ -98,7 +108,7 @@ async fn dispatch(command: Command) -> Result<i32, ClientError> {
         Command::Revoke { grant } => crate::host_admin::revoke(&dirs, &grant).await,
         Command::Person { action } => crate::host_admin::person(&dirs, action).await,
         // Answered above, before the folders are needed.
-        Command::Completions { .. } => Ok(0),
+        Command::Completions { .. } => Ok(EXIT_OK),
     }
 }
 
@@ -117,6 +127,29 @@ fn hostname() -> String {
         .unwrap_or_else(|| "this computer".into())
 }
 
+/// A TOTP code as typed (spaces, as some apps show them, removed) when it
+/// has the form of one: six digits. `None` for a typo, which is said at once
+/// and never sent (a refused code would take a try of the rate limit).
+pub fn totp_form(typed: &str) -> Option<String> {
+    let code: String = typed.chars().filter(|c| !c.is_whitespace()).collect();
+    (code.len() == 6 && code.bytes().all(|b| b.is_ascii_digit())).then_some(code)
+}
+
+/// Asks for a TOTP code until it has the form of one (a typo is said and
+/// asked again, without a try of the server).
+pub(crate) fn ask_totp(tty: &mut Tty, question: &str) -> Result<String, ClientError> {
+    loop {
+        let typed = tty.ask(question)?;
+        match totp_form(&typed) {
+            Some(code) => return Ok(code),
+            None => tty.say("That is not a 6-digit code; type the code your app shows.\n")?,
+        }
+    }
+}
+
+/// `bothy login`: password and TOTP code, asked again (up to [`TRIES`]
+/// times) when the server refuses them — its answer never says which part
+/// was wrong, so both are asked again (D-374).
 async fn login(
     dirs: &Dirs,
     server: &str,
@@ -131,19 +164,37 @@ async fn login(
         Some(name) => name,
         None => tty.ask("Username: ")?.trim().to_owned(),
     };
-    let password = tty.ask_secret("Password: ")?;
-    let totp = tty.ask("TOTP code: ")?;
     let device_name = device_name.unwrap_or_else(|| format!("bothy on {}", hostname()));
-    let body = json!({
-        "username": username,
-        "password": password.as_str(),
-        "totp": totp.trim(),
-        "device_public_key": login::device_public_key(&key),
-        "device_name": device_name,
-    });
-    let answer = api.post("/api/v1/auth/login", &body).await;
-    drop(body);
-    let answer = answer?;
+    let mut tries = 0;
+    let answer = loop {
+        tries += 1;
+        let password = tty.ask_secret("Password: ")?;
+        let totp = ask_totp(&mut tty, "TOTP code: ")?;
+        let body = json!({
+            "username": username,
+            "password": password.as_str(),
+            "totp": totp,
+            "device_public_key": login::device_public_key(&key),
+            "device_name": device_name,
+        });
+        drop(password);
+        let spinner = Spinner::start("logging in");
+        let answer = api.post("/api/v1/auth/login", &body).await;
+        drop(spinner);
+        drop(body);
+        match answer {
+            Ok(answer) => break answer,
+            Err(ClientError::Problem(problem))
+                if tries < TRIES && problem.is("unauthenticated", None) =>
+            {
+                tty.say(
+                    "Not accepted: the username, password or TOTP code is wrong, or the code was \
+                     used already (each code works once: wait for the next one). Try again.\n",
+                )?;
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let field = |key: &str| {
         answer
             .get(key)
@@ -167,16 +218,79 @@ async fn login(
         "Logged in as {username} on {server} (device {}).",
         stored.device_id
     );
-    Ok(0)
+    Ok(EXIT_OK)
 }
 
+/// The TOTP secret of an `otpauth://` URI (its `secret` parameter).
+fn otpauth_secret(uri: &str) -> Option<&str> {
+    let query = uri.split_once('?')?.1;
+    query
+        .split('&')
+        .find_map(|pair| pair.strip_prefix("secret="))
+}
+
+/// The URI as a QR code of Unicode half blocks, light modules drawn (like
+/// `qrencode -t UTF8`: right on a dark terminal; scanners read both).
+fn qr_code(uri: &str) -> Option<String> {
+    use qrcode::render::unicode::Dense1x2;
+    let code = qrcode::QrCode::new(uri.as_bytes()).ok()?;
+    Some(
+        code.render::<Dense1x2>()
+            .dark_color(Dense1x2::Light)
+            .light_color(Dense1x2::Dark)
+            .quiet_zone(true)
+            .build(),
+    )
+}
+
+/// `bothy enroll`: the code is checked first (a mistyped one is said before
+/// any password is asked), then the password rule is stated and checked
+/// here before the server does, then the TOTP secret as a QR code, its
+/// base32 text and the URI, and the first code of the app (D-372, D-378).
 async fn enroll(server: &str) -> Result<i32, ClientError> {
     let server = ServerUrl::parse(server)?;
     let api = Api::new(server.clone(), None)?;
     let mut tty = Tty::open("the enrollment")?;
-    let code = tty.ask_secret("Enrollment code: ")?;
+    let mut tries = 0;
+    let (code, username) = loop {
+        tries += 1;
+        let code = tty.ask_secret("Enrollment code: ")?;
+        let code = code.trim().to_owned();
+        match api
+            .post("/api/v1/auth/enroll/check", &json!({"code": code}))
+            .await
+        {
+            Ok(checked) => {
+                let username = checked
+                    .get("username")
+                    .and_then(Value::as_str)
+                    .unwrap_or("-")
+                    .to_owned();
+                break (zeroize::Zeroizing::new(code), username);
+            }
+            Err(ClientError::Problem(problem))
+                if tries < TRIES && problem.is("unauthenticated", None) =>
+            {
+                tty.say(
+                    "That code is wrong, used or expired: check it, or ask an owner for a new one.\n",
+                )?;
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    tty.say(&format!(
+        "Enrolling {username}. Choose a password of at least {PASSWORD_MIN_CHARS} characters \
+         (any characters; several words are easy to remember).\n"
+    ))?;
     let password = loop {
         let first = tty.ask_secret("New password: ")?;
+        let length = first.chars().count();
+        if length < PASSWORD_MIN_CHARS {
+            tty.say(&format!(
+                "Too short: {length} characters, at least {PASSWORD_MIN_CHARS}; once more.\n"
+            ))?;
+            continue;
+        }
         let again = tty.ask_secret("The password again: ")?;
         if *first == *again {
             break first;
@@ -186,7 +300,7 @@ async fn enroll(server: &str) -> Result<i32, ClientError> {
     let started = api
         .post(
             "/api/v1/auth/enroll",
-            &json!({"code": code.trim(), "password": password.as_str()}),
+            &json!({"code": code.as_str(), "password": password.as_str()}),
         )
         .await?;
     drop(password);
@@ -194,22 +308,42 @@ async fn enroll(server: &str) -> Result<i32, ClientError> {
         .get("otpauth_uri")
         .and_then(Value::as_str)
         .ok_or_else(|| ClientError::Protocol("no otpauth_uri in the answer".into()))?;
-    let username = started
-        .get("username")
-        .and_then(Value::as_str)
-        .unwrap_or("-")
-        .to_owned();
-    tty.say(&format!(
-        "Add this to your authenticator app (it holds your TOTP secret; show it to no one):\n  {uri}\n"
-    ))?;
-    let totp = tty.ask("The code your app shows now: ")?;
-    api.post(
-        "/api/v1/auth/enroll/confirm",
-        &json!({"code": code.trim(), "totp": totp.trim()}),
-    )
-    .await?;
+    tty.say(
+        "Add your TOTP secret to your authenticator app: scan this code, or type the secret \
+         below. It is a secret: show it to no one.\n",
+    )?;
+    if let Some(qr) = qr_code(uri) {
+        tty.say(&format!("{qr}\n"))?;
+    }
+    if let Some(secret) = otpauth_secret(uri) {
+        tty.say(&format!("Secret (base32):\n  {secret}\n"))?;
+    }
+    tty.say(&format!("As a URI:\n  {uri}\n"))?;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let totp = ask_totp(&mut tty, "The code your app shows now: ")?;
+        match api
+            .post(
+                "/api/v1/auth/enroll/confirm",
+                &json!({"code": code.as_str(), "totp": totp}),
+            )
+            .await
+        {
+            Ok(_) => break,
+            Err(ClientError::Problem(problem))
+                if tries < TRIES && problem.is("unauthenticated", None) =>
+            {
+                tty.say(
+                    "That code was not accepted: check the app's entry for this server and \
+                     type the code it shows now.\n",
+                )?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
     println!("Enrolled as {username}. Now: bothy login --server {server} --username {username}");
-    Ok(0)
+    Ok(EXIT_OK)
 }
 
 async fn logout(dirs: &Dirs) -> Result<i32, ClientError> {
@@ -222,7 +356,13 @@ async fn logout(dirs: &Dirs) -> Result<i32, ClientError> {
     }
     StoredLogin::remove(dirs)?;
     println!("Logged out of {}.", stored.server);
-    Ok(0)
+    Ok(EXIT_OK)
+}
+
+/// Prints `value` as the JSON of a listing (times in RFC 3339).
+pub(crate) fn print_json(mut value: Value) {
+    display::json_times(&mut value);
+    println!("{value}");
 }
 
 async fn whoami(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError> {
@@ -232,8 +372,8 @@ async fn whoami(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError> {
         if let Some(object) = me.as_object_mut() {
             object.insert("server".into(), json!(stored.server));
         }
-        println!("{me}");
-        return Ok(0);
+        print_json(me);
+        return Ok(EXIT_OK);
     }
     let text = |key: &str| {
         me.get(key)
@@ -248,11 +388,11 @@ async fn whoami(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError> {
         stored.server
     );
     println!("device {}", text("device_id"));
-    Ok(0)
+    Ok(EXIT_OK)
 }
 
 /// The badge of the LLM login (12, "Every client shows").
-fn llm_badge(host: &Value) -> &'static str {
+pub(crate) fn llm_badge(host: &Value) -> &'static str {
     match host.get("llm_credentials").and_then(Value::as_str) {
         Some("personal") => "Personal",
         Some("organization") => "Organization",
@@ -308,8 +448,8 @@ async fn hosts(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError> {
     let (_, api) = logged_in(dirs)?;
     let hosts = list_hosts(&api).await?;
     if as_json {
-        println!("{}", Value::Array(hosts));
-        return Ok(0);
+        print_json(Value::Array(hosts));
+        return Ok(EXIT_OK);
     }
     println!(
         "{:<36}  {:<20}  {:<10}  {:<9}  {:<12}  FINGERPRINT",
@@ -325,14 +465,49 @@ async fn hosts(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError> {
             text("state"),
             if connected { "yes" } else { "no" },
             llm_badge(host),
-            text("key_fingerprint"),
+            short_fingerprint(text("key_fingerprint")),
         );
     }
-    Ok(0)
+    Ok(EXIT_OK)
+}
+
+/// `bothy host show HOST`: everything the server says about the host, the
+/// whole fingerprint included.
+pub(crate) async fn host_show(api: &Api, wanted: &str, as_json: bool) -> Result<i32, ClientError> {
+    let host = resolve_host(api, wanted).await?;
+    let host_id = uuid_of(&host, "id")?;
+    let host = api.get(&format!("/api/v1/hosts/{host_id}")).await?;
+    let host = host.get("host").cloned().unwrap_or(host);
+    if as_json {
+        print_json(host);
+        return Ok(EXIT_OK);
+    }
+    let text = |key: &str| host.get(key).and_then(Value::as_str).unwrap_or("-");
+    let connected = host.get("connected").and_then(Value::as_bool) == Some(true);
+    println!("name          {}", text("name"));
+    println!("id            {}", text("id"));
+    println!("state         {}", text("state"));
+    println!("connected     {}", if connected { "yes" } else { "no" });
+    println!("LLM login     {}", llm_badge(&host));
+    println!("fingerprint   {}", text("key_fingerprint"));
+    if let Some(generation) = host.get("key_generation").and_then(Value::as_i64) {
+        println!("key generation {generation}");
+    }
+    if let Some(users) = host.get("reported_session_users").and_then(Value::as_array) {
+        let names: Vec<&str> = users
+            .iter()
+            .filter_map(|u| u.get("name").and_then(Value::as_str))
+            .collect();
+        println!("session users {}", names.join(", "));
+    }
+    if let Some(seen) = host.get("last_seen_at").and_then(Value::as_i64) {
+        println!("last seen     {} UTC", format_time(seen));
+    }
+    Ok(EXIT_OK)
 }
 
 /// The key the host list names for the host, as a pin.
-fn offered_pin(host: &Value) -> Result<Pin, ClientError> {
+pub(crate) fn offered_pin(host: &Value) -> Result<Pin, ClientError> {
     let key = host
         .get("noise_public_key")
         .and_then(Value::as_str)
@@ -353,7 +528,7 @@ fn offered_pin(host: &Value) -> Result<Pin, ClientError> {
 
 /// The pin check of 5.5 before the step-up: a changed key needs the typed
 /// confirmation; the answer is `pin_changed` for the request.
-fn check_pin(
+pub(crate) fn check_pin(
     pins: &Pins,
     server: &str,
     host_id: &str,
@@ -391,7 +566,7 @@ fn check_pin(
 }
 
 /// The warning of 8.4: an owner on a host assigned to another person.
-async fn check_foreign_assignee(api: &Api, host: &Value) -> Result<(), ClientError> {
+pub(crate) async fn check_foreign_assignee(api: &Api, host: &Value) -> Result<(), ClientError> {
     let Some(assignee) = host.get("assigned_user_id").and_then(Value::as_str) else {
         return Ok(());
     };
@@ -414,235 +589,36 @@ async fn check_foreign_assignee(api: &Api, host: &Value) -> Result<(), ClientErr
     }
 }
 
-/// A TOTP step-up (up to three codes); its `step_up_id`.
+/// A TOTP step-up (up to [`TRIES`] codes; a typo is said at once and not
+/// counted); its `step_up_id`.
 pub(crate) async fn step_up(api: &Api) -> Result<String, ClientError> {
     let mut tty = Tty::open("the step-up")?;
-    let mut attempts = 0;
+    let mut tries = 0;
     loop {
-        attempts += 1;
-        let code = tty.ask("TOTP code for the step-up: ")?;
+        tries += 1;
+        let code = ask_totp(&mut tty, "TOTP code for the step-up: ")?;
         let spinner = Spinner::start("checking the code");
         let answer = api
             .post(
                 "/api/v1/auth/step-up",
-                &json!({"method": "totp", "code": code.trim()}),
+                &json!({"method": "totp", "code": code}),
             )
             .await;
         drop(spinner);
         match answer {
-            Ok(answer) => {
-                return answer
-                    .get("step_up_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned)
-                    .ok_or_else(|| ClientError::Protocol("the step-up lacks step_up_id".into()));
-            }
+            Ok(answer) => return step_up_id(&answer),
             Err(ClientError::Problem(problem))
-                if attempts < 3
-                    && problem.code == "step_up_required"
-                    && problem.reason.as_deref() == Some("totp_invalid") =>
+                if tries < TRIES && problem.is("step_up_required", Some("totp_invalid")) =>
             {
-                tty.say("That code was not accepted; wait for the next one.\n")?;
+                tty.say("That code was wrong or used already; wait for the next one.\n")?;
             }
             Err(e) => return Err(e),
         }
     }
 }
 
-/// Connects a grant, pins the key after the handshake, runs the session and
-/// turns its end into the exit code. A connection lost without a close is
-/// reattached by itself (6.2): within terminal.quick_reattach_window with
-/// the device key's proof and no step-up, after it with a step-up.
-async fn run_grant(
-    dirs: &Dirs,
-    stored: &StoredLogin,
-    api: &Api,
-    host_id: Uuid,
-    grant: Grant,
-    ephemeral: EphemeralKey,
-    expected: &Pin,
-) -> Result<i32, ClientError> {
-    let session_id = grant.session_id;
-    let mut connected =
-        connect_grant(dirs, stored, api, host_id, &grant, ephemeral, expected).await?;
-    let mut input = LocalInput::start();
-    loop {
-        let ended = connected.run(&mut input).await?;
-        match ended {
-            Ended::Exited(code) => return Ok(code),
-            Ended::Closed { end, by_escape } => {
-                if by_escape && end.reaction() == Reaction::Ended {
-                    eprintln!("Session {session_id} closed.");
-                    return Ok(EXIT_SESSION_FAILURE);
-                }
-                return Err(ClientError::Stream(end));
-            }
-            Ended::Lost => {
-                eprintln!("bothy: the connection was lost; reattaching session {session_id} ...");
-                connected =
-                    reattach(dirs, stored, api, host_id, session_id, expected, &mut input).await?;
-                eprintln!("bothy: reattached.");
-            }
-        }
-    }
-}
-
-/// Checks the grant's key against the one the pin check saw, runs the
-/// handshake and pins the key (5.5: the first successful opening pins it; a
-/// confirmed change replaces the pin).
-async fn connect_grant(
-    dirs: &Dirs,
-    stored: &StoredLogin,
-    api: &Api,
-    host_id: Uuid,
-    grant: &Grant,
-    ephemeral: EphemeralKey,
-    expected: &Pin,
-) -> Result<Connected, ClientError> {
-    if grant.pin.noise_public_key != expected.noise_public_key
-        || grant.pin.key_generation != expected.key_generation
-    {
-        return Err(ClientError::Protocol(
-            "the host key changed while the session was being opened; run the command again".into(),
-        ));
-    }
-    let connected = terminal::connect(api, &stored.access_token, host_id, grant, ephemeral).await?;
-    let mut pins = Pins::load(dirs)?;
-    let host_text = host_id.hyphenated().to_string();
-    if pins.check(&stored.server, &host_text, &grant.pin) != PinCheck::Same {
-        pins.pin(&stored.server, &host_text, grant.pin.clone());
-        pins.store(dirs)?;
-    }
-    Ok(connected)
-}
-
-/// The text the device key signs for a quick reattach (the server's
-/// `proof_message`): a label, the session, the nonce and the new
-/// `client_ephemeral_key_hash`, one per line.
-pub fn proof_message(session_id: Uuid, nonce: &str, client_ephemeral_key_hash: &str) -> Vec<u8> {
-    format!(
-        "bothy.v1.quick_reattach\n{}\n{nonce}\n{client_ephemeral_key_hash}",
-        session_id.hyphenated()
-    )
-    .into_bytes()
-}
-
-/// How many times a reattach tries to reach the server before it gives up.
-const REATTACH_ATTEMPTS: u32 = 8;
-
-/// Attaches the session again after a lost connection: first as a quick
-/// reattach (attach-challenge, the device key's signature, no step-up); when
-/// the server wants a step-up (the window passed), with one, asked on the
-/// session's own input. A server that cannot be reached is tried again with
-/// a growing pause.
-async fn reattach(
-    dirs: &Dirs,
-    stored: &StoredLogin,
-    api: &Api,
-    host_id: Uuid,
-    session_id: Uuid,
-    expected: &Pin,
-    input: &mut LocalInput,
-) -> Result<Connected, ClientError> {
-    let mut spinner = Some(Spinner::start("reattaching"));
-    let device_key = login::device_key(dirs)?;
-    let signing = ed25519_dalek::SigningKey::from_bytes(device_key.seed());
-    let mut pause = std::time::Duration::from_millis(250);
-    let mut step_up_id: Option<String> = None;
-    let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let ephemeral = EphemeralKey::generate()
-            .map_err(|_| ClientError::Protocol("no randomness for the ephemeral key".into()))?;
-        let cek = b64::encode(&ephemeral_key_hash(&ephemeral.public()));
-        let result = async {
-            wait_detached(api, session_id).await?;
-            let mut body = json!({"client_ephemeral_key_hash": cek});
-            match &step_up_id {
-                Some(id) => body["step_up_id"] = json!(id),
-                None => {
-                    let challenge = api
-                        .post_empty(&format!(
-                            "/api/v1/terminal/sessions/{session_id}/attach-challenge"
-                        ))
-                        .await?;
-                    let nonce = challenge
-                        .get("nonce")
-                        .and_then(Value::as_str)
-                        .ok_or_else(|| ClientError::Protocol("a challenge without nonce".into()))?;
-                    use ed25519_dalek::Signer;
-                    let signature = signing.sign(&proof_message(session_id, nonce, &cek));
-                    body["device_proof"] =
-                        json!({"nonce": nonce, "signature": b64::encode(&signature.to_bytes())});
-                }
-            }
-            let grant = attach_grant(api, session_id, &body).await?;
-            connect_grant(dirs, stored, api, host_id, &grant, ephemeral, expected).await
-        }
-        .await;
-        match result {
-            Ok(connected) => return Ok(connected),
-            Err(ClientError::Problem(problem))
-                if problem.code == "step_up_required" && step_up_id.is_none() =>
-            {
-                drop(spinner.take());
-                eprintln!("bothy: the quick reattach window has passed; a step-up is needed.");
-                step_up_id = Some(step_up_on(api, input).await?);
-            }
-            // The network again, or a connection lost without a close frame.
-            Err(
-                ClientError::Net(_)
-                | ClientError::Stream(crate::close::StreamEnd { code: 1006, .. }),
-            ) if attempt < REATTACH_ATTEMPTS => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(5));
-            }
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Waits until the server has noticed the loss too (the session is
-/// detached); a session that ended meanwhile ends with its close_reason.
-/// Only a detached session can be reattached without a step-up (6.2).
-async fn wait_detached(api: &Api, session_id: Uuid) -> Result<(), ClientError> {
-    let mut pause = std::time::Duration::from_millis(50);
-    for _ in 0..20 {
-        let row = api
-            .get(&format!("/api/v1/terminal/sessions/{session_id}"))
-            .await?;
-        match row.get("state").and_then(Value::as_str) {
-            Some("detached") => return Ok(()),
-            Some("closed") => {
-                return Err(ClientError::Stream(crate::close::StreamEnd {
-                    code: bothy_proto::codes::CloseCode::TerminalClosed.as_u16(),
-                    reason: row
-                        .get("close_reason")
-                        .and_then(Value::as_str)
-                        .unwrap_or("")
-                        .to_owned(),
-                }));
-            }
-            _ => {
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(std::time::Duration::from_secs(1));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A TOTP step-up whose code is typed on the session's input (the terminal
-/// is out of raw mode while the session waits).
-async fn step_up_on(api: &Api, input: &mut LocalInput) -> Result<String, ClientError> {
-    eprint!("TOTP code for the step-up: ");
-    let code = input.read_line().await.ok_or(ClientError::Cancelled)?;
-    let answer = api
-        .post(
-            "/api/v1/auth/step-up",
-            &json!({"method": "totp", "code": code}),
-        )
-        .await?;
+/// The `step_up_id` of a step-up's answer.
+pub(crate) fn step_up_id(answer: &Value) -> Result<String, ClientError> {
     answer
         .get("step_up_id")
         .and_then(Value::as_str)
@@ -657,48 +633,113 @@ pub(crate) fn uuid_of(host: &Value, key: &str) -> Result<Uuid, ClientError> {
         .ok_or_else(|| ClientError::Protocol(format!("no {key} in the answer")))
 }
 
-async fn open(
-    dirs: &Dirs,
-    wanted: &str,
-    profile: &str,
-    workdir: Option<u32>,
-) -> Result<i32, ClientError> {
-    let (stored, api) = logged_in(dirs)?;
-    let host = resolve_host(&api, wanted).await?;
-    let host_id = uuid_of(&host, "id")?;
-    let Request {
-        offered,
-        ephemeral,
-        mut body,
-    } = request_grant(dirs, &stored, &api, host_id, &host).await?;
-    let size = crate::tty::window_size();
-    body["profile"] = json!(profile);
-    body["columns"] = json!(size.columns());
-    body["rows"] = json!(size.rows());
-    if let Some(index) = workdir {
-        body["workdir_index"] = json!(index);
+/// Characters an abbreviated session ID needs at least (as git asks for
+/// four of a commit's name).
+pub const MIN_PREFIX_CHARS: usize = 4;
+
+/// `GET /api/v1/terminal/sessions` with every page (`state=open` unless
+/// `all`), of the host `host_id` only when named.
+pub(crate) async fn list_sessions(
+    api: &Api,
+    host_id: Option<Uuid>,
+    all: bool,
+    page_size: u32,
+) -> Result<Vec<Value>, ClientError> {
+    let mut path = format!("/api/v1/terminal/sessions?limit={page_size}");
+    if !all {
+        path.push_str("&state=open");
     }
-    let spinner = Spinner::start("opening the session");
-    let answer = api
-        .post(&format!("/api/v1/hosts/{host_id}/terminal/sessions"), &body)
-        .await;
-    drop(spinner);
-    let answer = answer?;
-    let grant = Grant::from_json(&answer)?;
-    run_grant(dirs, &stored, &api, host_id, grant, ephemeral, &offered).await
+    if let Some(host_id) = host_id {
+        path.push_str(&format!("&host_id={host_id}"));
+    }
+    api.list_pages(&path, "sessions").await
 }
 
-async fn sessions(dirs: &Dirs, host: Option<&str>, as_json: bool) -> Result<i32, ClientError> {
+/// The session a person named on the command line: a whole ID (any session
+/// the person may read), or the start of the ID of one of their open
+/// sessions (at least [`MIN_PREFIX_CHARS`], one match only).
+pub(crate) async fn resolve_session(api: &Api, typed: &str) -> Result<Value, ClientError> {
+    let typed = typed.trim();
+    if let Ok(id) = Uuid::parse_str(typed) {
+        return api.get(&format!("/api/v1/terminal/sessions/{id}")).await;
+    }
+    let is_prefix = typed.len() >= MIN_PREFIX_CHARS
+        && typed.len() < 36
+        && typed.chars().all(|c| c.is_ascii_hexdigit() || c == '-');
+    if !is_prefix {
+        return Err(ClientError::Usage(format!(
+            "{typed:?} is not a session ID, nor the start of one ({MIN_PREFIX_CHARS} characters at least)"
+        )));
+    }
+    let wanted = typed.to_ascii_lowercase();
+    let sessions = list_sessions(api, None, false, 200).await?;
+    let matching: Vec<&Value> = sessions
+        .iter()
+        .filter(|s| {
+            s.get("session_id")
+                .and_then(Value::as_str)
+                .is_some_and(|id| id.starts_with(&wanted))
+        })
+        .collect();
+    match matching.as_slice() {
+        [one] => Ok((*one).clone()),
+        [] => Err(ClientError::NoSession(format!(
+            "none of your open sessions starts with {typed}"
+        ))),
+        several => {
+            let ids: Vec<&str> = several
+                .iter()
+                .filter_map(|s| s.get("session_id").and_then(Value::as_str))
+                .collect();
+            Err(ClientError::Usage(format!(
+                "{typed} is the start of several sessions ({}): type more of the ID",
+                ids.join(", ")
+            )))
+        }
+    }
+}
+
+/// `bothy sessions`: per host (12, "Every client shows") the host with its
+/// LLM badge and the start of its fingerprint, then its sessions: the start
+/// of the ID, state, profile, start and the time left; with `--all` closed
+/// ones too, with how they ended. `--json` adds `host_name`.
+async fn sessions(
+    dirs: &Dirs,
+    host: Option<&str>,
+    all: bool,
+    as_json: bool,
+    page_size: u32,
+) -> Result<i32, ClientError> {
     let (_, api) = logged_in(dirs)?;
     let hosts = list_hosts(&api).await?;
-    let sessions = list_of_host(&api, "/api/v1/terminal/sessions", "sessions", host).await?;
+    let host_id = match host {
+        Some(wanted) => Some(uuid_of(&resolve_host(&api, wanted).await?, "id")?),
+        None => None,
+    };
+    let mut sessions = list_sessions(&api, host_id, all, page_size).await?;
+    let host_of = |session: &Value| {
+        let id = session.get("host_id").and_then(Value::as_str);
+        hosts
+            .iter()
+            .find(|h| h.get("id").and_then(Value::as_str) == id)
+            .cloned()
+    };
     if as_json {
-        println!("{}", Value::Array(sessions));
-        return Ok(0);
+        for session in &mut sessions {
+            let name = host_of(session)
+                .and_then(|h| h.get("name").and_then(Value::as_str).map(str::to_owned));
+            if let Some(object) = session.as_object_mut() {
+                object.insert("host_name".into(), json!(name));
+            }
+        }
+        print_json(Value::Array(sessions));
+        return Ok(EXIT_OK);
     }
-    // Per host (12, "Every client shows"): the host with its LLM badge and
-    // fingerprint, then its sessions with state, profile, start and the
-    // time left until the maximum duration.
+    if sessions.is_empty() {
+        let which = if all { "" } else { "open " };
+        println!("No {which}sessions.");
+        return Ok(EXIT_OK);
+    }
     let mut host_ids: Vec<&str> = Vec::new();
     for session in &sessions {
         let id = session
@@ -723,11 +764,12 @@ async fn sessions(dirs: &Dirs, host: Option<&str>, as_json: bool) -> Result<i32,
             "{}  ({host_id})  LLM: {}  fingerprint {}",
             text("name"),
             host.map_or("None", llm_badge),
-            text("key_fingerprint")
+            short_fingerprint(&text("key_fingerprint"))
         );
+        let ended_column = if all { "  ENDED" } else { "" };
         println!(
-            "  {:<36}  {:<8}  {:<8}  {:<19}  LEFT",
-            "SESSION", "STATE", "PROFILE", "STARTED (UTC)"
+            "  {:<8}  {:<8}  {:<8}  {:<19}  {:<6}{ended_column}",
+            "SESSION", "STATE", "PROFILE", "STARTED (UTC)", "LEFT"
         );
         for session in sessions
             .iter()
@@ -740,142 +782,34 @@ async fn sessions(dirs: &Dirs, host: Option<&str>, as_json: bool) -> Result<i32,
                 .and_then(Value::as_i64)
                 .map(format_time)
                 .unwrap_or_else(|| "-".into());
-            let left = session
-                .get("remaining_ms")
-                .and_then(Value::as_i64)
-                .map(format_duration)
-                .unwrap_or_else(|| "-".into());
+            let closed = text("state") == "closed";
+            let left = match session.get("remaining_ms").and_then(Value::as_i64) {
+                Some(_) if closed => "-".to_owned(),
+                Some(ms) => format_duration(ms),
+                None => "-".into(),
+            };
+            let ended = if all && closed {
+                format!("  {}", text("close_reason"))
+            } else {
+                String::new()
+            };
             println!(
-                "  {:<36}  {:<8}  {:<8}  {:<19}  {}",
-                text("session_id"),
+                "  {:<8}  {:<8}  {:<8}  {:<19}  {:<6}{ended}",
+                short_id(text("session_id")),
                 text("state"),
                 text("profile"),
                 started,
-                left
+                left,
             );
         }
     }
-    Ok(0)
-}
-
-/// `YYYY-MM-DD HH:MM:SS` of Unix milliseconds (UTC; civil from days, Howard
-/// Hinnant's algorithm).
-pub fn format_time(unix_ms: i64) -> String {
-    let seconds = unix_ms.div_euclid(1000);
-    let days = seconds.div_euclid(86_400);
-    let rest = seconds.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// `1h05m` / `4m` / `0m` of milliseconds.
-pub fn format_duration(ms: i64) -> String {
-    let minutes = ms.max(0) / 60_000;
-    if minutes >= 60 {
-        format!("{}h{:02}m", minutes / 60, minutes % 60)
-    } else {
-        format!("{minutes}m")
-    }
-}
-
-/// What `open` and `attach` send besides their own members, and what they
-/// keep for the session.
-struct Request {
-    /// The host key the server hands out (checked against the pin).
-    offered: Pin,
-    /// This session's ephemeral key; the body carries its hash.
-    ephemeral: EphemeralKey,
-    /// `client_ephemeral_key_hash`, `step_up_id` and, after a confirmed key
-    /// change, `pin_changed`.
-    body: Value,
-}
-
-/// The steps `open` and `attach` share before their request: the host's key
-/// against the pin (5.5), the warning about another person's host (8.4),
-/// the step-up, and a fresh ephemeral key.
-async fn request_grant(
-    dirs: &Dirs,
-    stored: &StoredLogin,
-    api: &Api,
-    host_id: Uuid,
-    host: &Value,
-) -> Result<Request, ClientError> {
-    let offered = offered_pin(host)?;
-    let pins = Pins::load(dirs)?;
-    let pin_changed = check_pin(
-        &pins,
-        &stored.server,
-        &host_id.hyphenated().to_string(),
-        &offered,
-        color_enabled(),
-    )?;
-    check_foreign_assignee(api, host).await?;
-    let step_up_id = step_up(api).await?;
-    let ephemeral = EphemeralKey::generate()
-        .map_err(|_| ClientError::Protocol("no randomness for the ephemeral key".into()))?;
-    let mut body = json!({
-        "client_ephemeral_key_hash": b64::encode(&ephemeral_key_hash(&ephemeral.public())),
-        "step_up_id": step_up_id,
-    });
-    if pin_changed {
-        body["pin_changed"] = json!(true);
-    }
-    Ok(Request {
-        offered,
-        ephemeral,
-        body,
-    })
-}
-
-/// The ID of a `what` (session, grant) typed on the command line.
-pub(crate) fn id_typed(text: &str, what: &str) -> Result<Uuid, ClientError> {
-    Uuid::parse_str(text).map_err(|_| ClientError::Usage(format!("{text:?} is not a {what} ID")))
-}
-
-/// terminal.attach (6.2) with `body`; the grant.
-async fn attach_grant(api: &Api, session_id: Uuid, body: &Value) -> Result<Grant, ClientError> {
-    let answer = api
-        .post(
-            &format!("/api/v1/terminal/sessions/{session_id}/attach"),
-            body,
-        )
-        .await?;
-    Grant::from_json(&answer)
-}
-
-async fn attach(dirs: &Dirs, session: &str) -> Result<i32, ClientError> {
-    let session_id = id_typed(session, "session")?;
-    let (stored, api) = logged_in(dirs)?;
-    let row = api
-        .get(&format!("/api/v1/terminal/sessions/{session_id}"))
-        .await?;
-    let host_id = uuid_of(&row, "host_id")?;
-    let host = api.get(&format!("/api/v1/hosts/{host_id}")).await?;
-    let Request {
-        offered,
-        ephemeral,
-        body,
-    } = request_grant(dirs, &stored, &api, host_id, &host).await?;
-    let grant = attach_grant(&api, session_id, &body).await?;
-    run_grant(dirs, &stored, &api, host_id, grant, ephemeral, &offered).await
+    Ok(EXIT_OK)
 }
 
 async fn close(dirs: &Dirs, session: &str) -> Result<i32, ClientError> {
-    let session_id = id_typed(session, "session")?;
     let (_, api) = logged_in(dirs)?;
+    let row = resolve_session(&api, session).await?;
+    let session_id = uuid_of(&row, "session_id")?;
     let answer = api
         .post_empty(&format!("/api/v1/terminal/sessions/{session_id}/close"))
         .await?;
@@ -884,7 +818,7 @@ async fn close(dirs: &Dirs, session: &str) -> Result<i32, ClientError> {
         .and_then(Value::as_str)
         .unwrap_or("-");
     println!("Session {session_id} closed ({reason}).");
-    Ok(0)
+    Ok(EXIT_OK)
 }
 
 #[cfg(test)]
@@ -892,15 +826,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_and_durations() {
-        assert_eq!(format_time(0), "1970-01-01 00:00:00");
-        assert_eq!(format_time(1_796_083_200_000), "2026-12-01 00:00:00");
-        assert_eq!(
-            format_time(951_782_400_000 + 3_723_000),
-            "2000-02-29 01:02:03"
-        );
-        assert_eq!(format_duration(3_900_000), "1h05m");
-        assert_eq!(format_duration(59_999), "0m");
-        assert_eq!(format_duration(-5), "0m");
+    fn totp_codes_have_six_digits() {
+        assert_eq!(totp_form("123456").as_deref(), Some("123456"));
+        assert_eq!(totp_form(" 123 456 ").as_deref(), Some("123456"));
+        for typo in ["12345", "1234567", "12a456", "", "one"] {
+            assert_eq!(totp_form(typo), None, "{typo}");
+        }
+    }
+
+    #[test]
+    fn the_secret_of_an_otpauth_uri() {
+        let uri = "otpauth://totp/bothy:alice?secret=ABCDEFGH234567&issuer=bothy&period=30";
+        assert_eq!(otpauth_secret(uri), Some("ABCDEFGH234567"));
+        let qr = qr_code(uri).expect("a QR code");
+        assert!(qr.contains('█') || qr.contains('▀') || qr.contains('▄'));
+        assert!(qr.lines().count() > 10);
     }
 }

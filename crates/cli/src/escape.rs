@@ -1,6 +1,8 @@
 //! The escapes of the input, as in OpenSSH: after a newline (and at the very
 //! start), `~` followed by
 //! - `.` ends the session (frame close, `client_closed`);
+//! - `&` detaches: the client leaves, the session runs on (as tmux's and
+//!   screen's detach; `bothy attach` takes it back; docs/decisions.md D-379);
 //! - `?` lists the escapes;
 //! - `~` sends one `~`.
 //!
@@ -14,12 +16,14 @@ pub enum Input {
     Data(Vec<u8>),
     /// `~.`: end the session.
     Close,
+    /// `~&`: leave the session running, detached.
+    Detach,
     /// `~?`: show the list.
     Help,
 }
 
 /// The help text of `~?` (lines end in CR LF: the terminal is in raw mode).
-pub const HELP: &str = "Supported escape sequences:\r\n ~.   - end the session\r\n ~?   - this message\r\n ~~   - send the escape character by typing it twice\r\n(Note that escapes are only recognized immediately after newline.)\r\n";
+pub const HELP: &str = "Supported escape sequences:\r\n ~.   - end the session\r\n ~&   - detach: leave the session running (bothy attach takes it back)\r\n ~?   - this message\r\n ~~   - send the escape character by typing it twice\r\n(Note that escapes are only recognized immediately after newline.)\r\n";
 
 /// Reads the escapes out of the typed bytes; keeps state across reads.
 #[derive(Debug, Clone)]
@@ -47,11 +51,15 @@ impl EscapeReader {
             if self.tilde {
                 self.tilde = false;
                 match byte {
-                    b'.' => {
+                    b'.' | b'&' => {
                         if !data.is_empty() {
                             out.push(Input::Data(std::mem::take(&mut data)));
                         }
-                        out.push(Input::Close);
+                        out.push(if byte == b'.' {
+                            Input::Close
+                        } else {
+                            Input::Detach
+                        });
                         return out;
                     }
                     b'?' => {
@@ -118,6 +126,18 @@ mod tests {
         let mut reader = EscapeReader::default();
         assert_eq!(reader.feed(b"\r~"), vec![data(b"\r")]);
         assert_eq!(reader.feed(b"."), vec![Input::Close]);
+    }
+
+    #[test]
+    fn tilde_ampersand_after_a_newline_detaches() {
+        let mut reader = EscapeReader::default();
+        assert_eq!(
+            reader.feed(b"top\r~&rest"),
+            vec![data(b"top\r"), Input::Detach]
+        );
+        let mut reader = EscapeReader::default();
+        assert_eq!(reader.feed(b"a~&"), vec![data(b"a~&")]);
+        assert!(HELP.contains("~&"));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::api::Api;
 use crate::cli::{HostAction, PersonAction};
 use crate::commands::{
-    id_typed, list_hosts, list_of_host, logged_in, resolve_host, step_up, uuid_of,
+    host_show, list_hosts, list_of_host, logged_in, print_json, resolve_host, step_up, uuid_of,
 };
 use crate::dirs::Dirs;
 use crate::error::ClientError;
@@ -20,6 +20,29 @@ use crate::prompt::Tty;
 /// How many characters of the fingerprint the owner types (the default of
 /// terminal.fingerprint_confirm_chars; the server checks the real value).
 const CONFIRM_CHARS: usize = 8;
+
+/// The alphabet of a fingerprint (Crockford's base32; 4.3).
+const CROCKFORD: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// What the owner typed as the fingerprint's start, in the form the server
+/// compares (hyphens and spaces removed, upper case) when it has the form of
+/// one: [`CONFIRM_CHARS`] characters of the alphabet. I, L, O and U are not
+/// reinterpreted (3.2 "Prefix"), they are refused.
+pub fn prefix_form(typed: &str) -> Option<String> {
+    let prefix: String = typed
+        .chars()
+        .filter(|c| *c != '-' && !c.is_whitespace())
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    (prefix.chars().count() == CONFIRM_CHARS && prefix.chars().all(|c| CROCKFORD.contains(c)))
+        .then_some(prefix)
+}
+
+/// The ID of a grant typed on the command line.
+fn grant_typed(text: &str) -> Result<uuid::Uuid, ClientError> {
+    uuid::Uuid::parse_str(text)
+        .map_err(|_| ClientError::Usage(format!("{text:?} is not a grant ID (bothy grants)")))
+}
 
 /// Runs one host action.
 pub async fn run(dirs: &Dirs, action: HostAction) -> Result<i32, ClientError> {
@@ -30,6 +53,7 @@ pub async fn run(dirs: &Dirs, action: HostAction) -> Result<i32, ClientError> {
             assignee,
             reason,
         } => create(&api, &stored.server, &name, assignee.as_deref(), &reason).await,
+        HostAction::Show { host, json } => host_show(&api, &host, json).await,
         HostAction::Confirm { host, reason } => confirm(&api, &host, &reason).await,
         HostAction::PairAgain { host, reason } => {
             pair_again(&api, &stored.server, &host, &reason).await
@@ -87,7 +111,7 @@ async fn person_id(api: &Api, username: &str) -> Result<String, ClientError> {
 async fn group_id(api: &Api, name: &str) -> Result<String, ClientError> {
     id_named(api, "group", "name", name)
         .await?
-        .ok_or_else(|| ClientError::Usage(format!("no group named {name:?}")))
+        .ok_or_else(|| ClientError::UnknownGroup(name.to_owned()))
 }
 
 /// The `id` of the `kind` (person, group) whose `name_key` is `name`, from
@@ -183,25 +207,41 @@ async fn pair_again(
     Ok(0)
 }
 
+/// Asks for the fingerprint's start until it has the form of one (a typo is
+/// said at once and costs no attempt, D-373).
+fn ask_prefix(tty: &mut Tty) -> Result<String, ClientError> {
+    loop {
+        let typed = tty.ask(&format!(
+            "Type the first {CONFIRM_CHARS} characters of the fingerprint that bothy-host pair showed: "
+        ))?;
+        match prefix_form(&typed) {
+            Some(prefix) => return Ok(prefix),
+            None => tty.say(&format!(
+                "That is not the start of a fingerprint: {CONFIRM_CHARS} characters of 0-9 and \
+                 A-Z without I, L, O and U. Once more.\n"
+            ))?,
+        }
+    }
+}
+
+/// `bothy host confirm HOST` (3.2): the fingerprint's start first (its form
+/// checked here), the declarations, the step-up; a wrong start says how many
+/// attempts are left and asks again with a new step-up, keeping the other
+/// answers (D-373).
 async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientError> {
     let host = resolve_host(api, wanted).await?;
     let host_id = uuid_of(&host, "id")?;
     if host.get("state").and_then(Value::as_str) != Some("confirming") {
-        return Err(ClientError::Usage(
-            "the host is not waiting for a confirmation (run bothy-host pair first)".into(),
-        ));
+        return Err(ClientError::HostState(format!(
+            "the host is {}, not waiting for a confirmation (it is confirming after bothy-host pair)",
+            host.get("state").and_then(Value::as_str).unwrap_or("-")
+        )));
     }
     let my_id = my_id(api).await?;
     let mut tty = Tty::open("the confirmation of a host")?;
     // Nothing of the fingerprint is shown here: the owner types what the
     // host itself printed (3.2 step 3).
-    let prefix = tty.ask(&format!(
-        "Type the first {CONFIRM_CHARS} characters of the fingerprint that bothy-host pair showed: "
-    ))?;
-    let prefix: String = prefix
-        .chars()
-        .filter(|c| *c != '-' && !c.is_whitespace())
-        .collect();
+    let mut prefix = ask_prefix(&mut tty)?;
     let server_host = loop {
         let answer = tty.ask("Is this host the machine the bothy server runs on? (yes/no): ")?;
         match answer.trim() {
@@ -273,7 +313,6 @@ async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientErr
     }
     drop(tty);
     let mut body = json!({
-        "fingerprint_prefix": prefix,
         "llm_credentials": llm,
         "declared_server_host": server_host,
         "session_users": session_users,
@@ -283,15 +322,63 @@ async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientErr
         body["credential_holder_id"] = json!(my_id);
     }
     body["step_up_id"] = json!(step_up(api).await?);
-    let answer = api
-        .post(&format!("/api/v1/hosts/{host_id}/confirm"), &body)
-        .await?;
+    let answer = loop {
+        body["fingerprint_prefix"] = json!(prefix);
+        match api
+            .post(&format!("/api/v1/hosts/{host_id}/confirm"), &body)
+            .await
+        {
+            Ok(answer) => break answer,
+            // A wrong start counted (3.2); its step-up is spent.
+            Err(ClientError::Problem(problem))
+                if problem.is("fingerprint_mismatch", None)
+                    && problem.attempts_remaining.is_some_and(|n| n > 0) =>
+            {
+                let mut tty = Tty::open("the confirmation of a host")?;
+                tty.say(&format!("{}.\n", capitalized(&problem.summary())))?;
+                prefix = ask_prefix(&mut tty)?;
+                drop(tty);
+                body["step_up_id"] = json!(step_up(api).await?);
+            }
+            // Another length than this client's default (the server's
+            // terminal.fingerprint_confirm_chars): not counted, the step-up
+            // stays unspent.
+            Err(ClientError::Problem(problem))
+                if problem.is("validation_failed", None)
+                    && problem
+                        .errors
+                        .iter()
+                        .any(|(pointer, _)| pointer == "/fingerprint_prefix") =>
+            {
+                let mut tty = Tty::open("the confirmation of a host")?;
+                tty.say(
+                    "The server wants another number of characters \
+                     (terminal.fingerprint_confirm_chars of its configuration).\n",
+                )?;
+                let typed = tty.ask("The fingerprint's start as the server wants it: ")?;
+                prefix = typed
+                    .chars()
+                    .filter(|c| *c != '-' && !c.is_whitespace())
+                    .collect();
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let state = answer["host"]
         .get("state")
         .and_then(Value::as_str)
         .unwrap_or("-");
     println!("Host {host_id} confirmed: {state}.");
     Ok(0)
+}
+
+/// `text` with its first letter in upper case.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 /// updateHost with the host's current version.
@@ -350,13 +437,20 @@ async fn llm(
 
 async fn set_state(api: &Api, wanted: &str, state: &str, reason: &str) -> Result<i32, ClientError> {
     let answer = update(api, wanted, json!({"state": state}), reason).await?;
-    let now = answer
-        .get("host")
-        .unwrap_or(&answer)
-        .get("state")
-        .and_then(Value::as_str)
-        .unwrap_or(state);
+    let host = answer.get("host").unwrap_or(&answer);
+    let now = host.get("state").and_then(Value::as_str).unwrap_or(state);
     println!("Host {wanted}: {now}.");
+    let connected = host.get("connected").and_then(Value::as_bool) == Some(true);
+    if now == "active" && !connected {
+        // Issue 15 item 4: a disabled host's service waits its longest
+        // backoff before each new attempt (4111, 3.5).
+        println!(
+            "Its host service is not connected yet: after a disable it tries again only after \
+             its longest backoff, host_service.reconnect_backoff_cap (5 minutes by default). \
+             To connect it now, run bothy-host restart on the host; bothy hosts shows when it is \
+             connected."
+        );
+    }
     Ok(0)
 }
 
@@ -403,7 +497,7 @@ pub async fn grants(dirs: &Dirs, host: Option<&str>, as_json: bool) -> Result<i3
     let (_, api) = logged_in(dirs)?;
     let grants = list_of_host(&api, "/api/v1/grants", "grants", host).await?;
     if as_json {
-        println!("{}", Value::Array(grants));
+        print_json(Value::Array(grants));
         return Ok(0);
     }
     let hosts = list_hosts(&api).await?;
@@ -433,7 +527,7 @@ pub async fn grants(dirs: &Dirs, host: Option<&str>, as_json: bool) -> Result<i3
 
 /// `bothy revoke GRANT`.
 pub async fn revoke(dirs: &Dirs, grant: &str) -> Result<i32, ClientError> {
-    let grant = id_typed(grant, "grant")?;
+    let grant = grant_typed(grant)?;
     let (_, api) = logged_in(dirs)?;
     let answer = api
         .post_empty(&format!("/api/v1/grants/{grant}/revoke"))
@@ -514,4 +608,19 @@ fn answered_username<'a>(answer: &'a Value, typed: &'a str) -> &'a str {
 /// The answer's `changed`, which a person route always has.
 fn changed(answer: &Value) -> bool {
     answer.get("changed").and_then(Value::as_bool) == Some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prefix_has_eight_characters_of_the_alphabet() {
+        assert_eq!(prefix_form("abcd-efgh").as_deref(), Some("ABCDEFGH"));
+        assert_eq!(prefix_form(" 0123 4567 ").as_deref(), Some("01234567"));
+        // I, L, O, U are not in the alphabet (3.2: not reinterpreted).
+        for typo in ["ILOU1234", "ABCDEFG", "ABCDEFGHJ", "ABCD_EFG", ""] {
+            assert_eq!(prefix_form(typo), None, "{typo}");
+        }
+    }
 }

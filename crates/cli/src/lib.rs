@@ -20,14 +20,19 @@
 //! - [`pins`]: host key pins per server and host (5.5).
 //! - [`terminal`]: one terminal session: stream, handshake, frames.
 //! - [`commands`]: the commands themselves.
+//! - [`attach`]: open and attach a session, keep it attached (quick reattach,
+//!   reattach after a loss or a server restart).
+//! - [`display`]: times, IDs and fingerprints as listings show them.
 //! - [`host_admin`]: `bothy host ...`, host administration for owners.
 #![deny(unsafe_code)]
 
 pub mod api;
+pub mod attach;
 pub mod cli;
 pub mod close;
 pub mod commands;
 pub mod dirs;
+pub mod display;
 pub mod error;
 pub mod escape;
 pub mod filter;

@@ -138,12 +138,24 @@ pub enum Ended {
         /// The person typed `~.`.
         by_escape: bool,
     },
-    /// The connection broke without a close frame.
-    Lost,
+    /// The connection broke without a close frame, or the server answered
+    /// nothing (not even a pong) for this many seconds.
+    Lost(Option<u64>),
+    /// The person typed `~&`: the session runs on, detached.
+    Detached,
 }
+
+/// How many keepalive intervals without any frame of the server make the
+/// connection count as lost (ssh's ServerAliveCountMax default).
+pub const ALIVE_COUNT_MAX: u32 = 3;
+
+/// How long the handshake of a device stream may wait for the server's
+/// `ready` and the host's message 2.
+const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// A device stream after the handshake.
 pub struct Connected {
+    session_id: Uuid,
     sink: SplitSink<ServerSocket, Message>,
     stream: SplitStream<ServerSocket>,
     transport: Transport,
@@ -205,7 +217,8 @@ pub async fn connect(
     let (ws, _) = api
         .connector()
         .websocket(api.server(), &path, MAX_MESSAGE_LEN)
-        .await?;
+        .await
+        .map_err(|e| api.unreachable(e))?;
     let (mut sink, mut stream) = ws.split();
     let identify = DeviceMessage::Identify(Identify {
         access_token: Some(access_token.to_owned()),
@@ -214,7 +227,7 @@ pub async fn connect(
     sink.send(Message::text(identify))
         .await
         .map_err(|_| lost())?;
-    match next_message(&mut stream).await? {
+    match next_message_within(&mut stream).await? {
         Message::Text(text) => match ServerMessage::decode(text.as_bytes(), 4096) {
             Ok(ServerMessage::Ready(_)) => {}
             Err(_) => {
@@ -238,7 +251,7 @@ pub async fn connect(
     sink.send(Message::binary(message1))
         .await
         .map_err(|_| lost())?;
-    let message2 = match next_message(&mut stream).await? {
+    let message2 = match next_message_within(&mut stream).await? {
         Message::Binary(bytes) => bytes,
         _ => {
             return Err(ClientError::Protocol(
@@ -254,10 +267,21 @@ pub async fn connect(
         })
     })?;
     Ok(Connected {
+        session_id: grant.session_id,
         sink,
         stream,
         transport,
     })
+}
+
+/// [`next_message`] within [`HANDSHAKE_WAIT`]; a server that says nothing
+/// for so long counts as lost.
+async fn next_message_within(
+    stream: &mut SplitStream<ServerSocket>,
+) -> Result<Message, ClientError> {
+    tokio::time::timeout(HANDSHAKE_WAIT, next_message(stream))
+        .await
+        .map_err(|_| lost())?
 }
 
 fn lost() -> ClientError {
@@ -283,15 +307,31 @@ impl Connected {
     }
 
     /// Runs the session in this terminal until it ends: raw mode, `start`,
-    /// input, resizes and output.
-    pub async fn run(mut self, input: &mut LocalInput) -> Result<Ended, ClientError> {
+    /// input, resizes and output, a WebSocket ping every `alive_interval`.
+    pub async fn run(
+        mut self,
+        input: &mut LocalInput,
+        alive_interval: std::time::Duration,
+    ) -> Result<Ended, ClientError> {
         let raw = RawMode::enter();
-        let result = self.pump(input).await;
+        let result = self.pump(input, alive_interval).await;
         drop(raw);
         result
     }
 
-    async fn pump(&mut self, input: &mut LocalInput) -> Result<Ended, ClientError> {
+    /// The client leaves; the session stays detached on the server.
+    fn detached(&self, why: &'static str) -> ClientError {
+        ClientError::Detached {
+            session_id: self.session_id,
+            why,
+        }
+    }
+
+    async fn pump(
+        &mut self,
+        input: &mut LocalInput,
+        alive_interval: std::time::Duration,
+    ) -> Result<Ended, ClientError> {
         let mut size = tty::window_size();
         self.send(Frame::Start(size)).await?;
         if !input.rest.is_empty() {
@@ -324,17 +364,27 @@ impl Connected {
         let mut exit_code = None;
         let mut by_escape = false;
         let mut closing = false;
+        // Keepalive (issue 15 item 9): a ping every interval; any frame of
+        // the server (a pong too) shows it is there. Nothing for
+        // ALIVE_COUNT_MAX intervals: the connection counts as lost, and the
+        // session is reattached as after a reset.
+        let start = tokio::time::Instant::now() + alive_interval;
+        let mut alive = tokio::time::interval_at(start, alive_interval);
+        alive.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let dead_after = alive_interval.saturating_mul(ALIVE_COUNT_MAX);
+        let mut last_seen = tokio::time::Instant::now();
         loop {
             tokio::select! {
                 message = self.stream.next() => {
                     let message = match message {
-                        None | Some(Err(_)) => return Ok(Ended::Lost),
+                        None | Some(Err(_)) => return Ok(Ended::Lost(None)),
                         Some(Ok(message)) => message,
                     };
+                    last_seen = tokio::time::Instant::now();
                     if let Some(end) = close_of(&message) {
                         out.clear();
                         filter.finish(&mut out);
-                        write_stdout(&out)?;
+                        write_stdout(&out).map_err(|_| self.detached("output closed"))?;
                         if let (Some(code), Some(bothy_proto::codes::CloseCode::TerminalClosed)) =
                             (exit_code, end.close_code())
                         {
@@ -355,7 +405,7 @@ impl Connected {
                         Ok(Frame::Data(bytes)) => {
                             out.clear();
                             filter.filter(bytes, &mut out);
-                            write_stdout(&out)?;
+                            write_stdout(&out).map_err(|_| self.detached("output closed"))?;
                         }
                         Ok(Frame::Exit(code)) => exit_code = Some(code),
                         Ok(Frame::ReplayBegin | Frame::ReplayEnd) => {}
@@ -376,7 +426,16 @@ impl Connected {
                                     self.send(Frame::Data(chunk)).await?;
                                 }
                             }
-                            Input::Help => write_stdout(HELP.as_bytes())?,
+                            Input::Help => {
+                                write_stdout(HELP.as_bytes())
+                                    .map_err(|_| self.detached("output closed"))?;
+                            }
+                            Input::Detach => {
+                                // A close frame without the frame close: the
+                                // relay detaches the session (6.2).
+                                let _ = self.sink.close().await;
+                                return Ok(Ended::Detached);
+                            }
                             Input::Close => {
                                 by_escape = true;
                                 closing = true;
@@ -387,8 +446,16 @@ impl Connected {
                         }
                     }
                 }
-                _ = term.recv() => return Err(ClientError::Cancelled),
-                _ = hangup.recv() => return Err(ClientError::Cancelled),
+                _ = term.recv() => return Err(self.detached("SIGTERM")),
+                _ = hangup.recv() => return Err(self.detached("SIGHUP")),
+                _ = alive.tick() => {
+                    if last_seen.elapsed() >= dead_after {
+                        return Ok(Ended::Lost(Some(dead_after.as_secs())));
+                    }
+                    if self.sink.send(Message::Ping(Vec::new().into())).await.is_err() {
+                        return Ok(Ended::Lost(None));
+                    }
+                }
                 _ = sleep_until_or_never(close_deadline) => {
                     return Ok(Ended::Closed {
                         end: StreamEnd { code: 1000, reason: "client_closed".into() },
@@ -420,15 +487,12 @@ async fn sleep_until_or_never(deadline: Option<tokio::time::Instant>) {
 /// Writes the filtered output; an output that is gone (a closed pipe, a
 /// terminal that went away) ends this client like SIGHUP does: the session
 /// stays, detached, for an attach (like ssh, which ends on SIGPIPE).
-fn write_stdout(bytes: &[u8]) -> Result<(), ClientError> {
+fn write_stdout(bytes: &[u8]) -> std::io::Result<()> {
     if bytes.is_empty() {
         return Ok(());
     }
     let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(bytes)
-        .and_then(|()| stdout.flush())
-        .map_err(|_| ClientError::OutputClosed)
+    stdout.write_all(bytes).and_then(|()| stdout.flush())
 }
 
 /// Reads stdin on its own thread (a blocking read cannot be cancelled; the

@@ -452,8 +452,14 @@ async fn the_local_size_and_its_changes_reach_the_remote() {
 }
 
 /// A client that dies leaves its session detached; `bothy sessions` shows
-/// it, `bothy attach` takes it back with a step-up and the host's replay,
-/// `bothy close` ends one.
+/// it (the start of its ID, within 120 columns); `bothy attach` takes it
+/// back by the start of its ID without a step-up (the same device and login
+/// within the quick reattach window, 6.2) and with the host's replay; `~&`
+/// detaches again, and `bothy attach` without an argument takes the only
+/// detached session. `bothy close` ends one by the start of its ID; the list
+/// shows open sessions only, `--all` the closed one with how it ended; an
+/// attach of a closed session says so before any question (issue 16 items
+/// 6, 12 and 13; issue 15 item 11).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_attach_with_replay_and_close() {
     let scenario = start().await;
@@ -471,51 +477,161 @@ async fn sessions_attach_with_replay_and_close() {
     let sessions: Value = client.json(&["sessions", "--json"]);
     assert_eq!(sessions[0]["session_id"], session_id.to_string());
     assert_eq!(sessions[0]["state"], "detached");
+    assert_eq!(sessions[0]["host_name"], "scenario host");
+    let created = sessions[0]["created_at"].as_str().expect("RFC 3339");
+    assert!(
+        created.len() == 24 && created.ends_with('Z') && created.contains('T'),
+        "{created}"
+    );
     let out = client.ok(&["sessions"]);
+    assert!(
+        out.lines().all(|l| l.chars().count() <= 120),
+        "wider than 120 columns:\n{out}"
+    );
     let header = line_where(
         &out,
         |l| l.starts_with("scenario host"),
         "the host's header",
     );
     assert!(
-        header.contains("LLM: None") && header.contains("fingerprint "),
+        header.contains("LLM: None") && header.contains("fingerprint ") && header.contains('…'),
         "{header}"
     );
+    let short = &session_id.to_string()[..8];
     let line = line_where(
         &out,
-        |l| l.trim_start().starts_with(&session_id.to_string()),
+        |l| l.trim_start().starts_with(short),
         "the session's line",
     );
     assert!(
         line.contains("detached") && line.contains("shell") && line.trim_end().ends_with('m'),
         "{line}"
     );
+    let hosts = client.ok(&["hosts"]);
+    assert!(
+        hosts.lines().all(|l| l.chars().count() <= 120),
+        "wider than 120 columns:\n{hosts}"
+    );
 
-    let id = session_id.to_string();
+    let step_ups_before = step_up_count(&scenario).await;
+    tokio::task::block_in_place(|| {
+        let mut p = client.spawn(&["attach", short]);
+        // The replay of the host's scrollback shows the earlier output; no
+        // TOTP question came before it.
+        let before = p.exp_string("MARK-9").expect("the replay");
+        assert!(!before.contains("TOTP"), "a quick reattach: {before:?}");
+        ready(&mut p);
+        // ~& detaches (listed by ~?): the session runs on.
+        type_text(&mut p, "~?");
+        p.exp_string("~&   - detach").expect("the escape list");
+        type_text(&mut p, "echo BG-$((2+2)) > /dev/null; sleep 30 &\r");
+        type_text(&mut p, "~&");
+        p.exp_string(&format!("Session {session_id} is detached"))
+            .expect("the client says so");
+        assert_eq!(finish(&mut p), 255);
+    });
+    scenario.wait_state(session_id, "detached").await;
     let exit = tokio::task::block_in_place(|| {
-        let mut p = client.spawn(&["attach", &id]);
-        client.answer_step_up(&mut p);
-        // The replay of the host's scrollback shows the earlier output.
-        p.exp_string("MARK-9").expect("the replay");
+        // No argument: the only detached session.
+        let mut p = client.spawn(&["attach"]);
+        let before = p.exp_string("READY-42").expect("the replay");
+        assert!(!before.contains("TOTP"), "a quick reattach: {before:?}");
         ready(&mut p);
         type_text(&mut p, "exit 3\r");
         finish(&mut p)
     });
     assert_eq!(exit, 3);
     assert_eq!(scenario.closed(session_id).await.0, "process_exited");
+    assert_eq!(
+        step_up_count(&scenario).await,
+        step_ups_before,
+        "no step-up"
+    );
 
     // Another session, closed from the command line while detached.
     let mut second = tokio::task::block_in_place(|| client.open_shell());
     let (other, _) = newest_session(&scenario).await;
     kill(&mut second);
     scenario.wait_state(other, "detached").await;
-    let out = client.ok(&["close", &other.to_string()]);
+    let other_short = &other.to_string()[..8];
+    let out = client.ok(&["close", other_short]);
     assert!(out.contains("closed (client_closed)"), "{out}");
     assert_eq!(scenario.closed(other).await.0, "client_closed");
-    // Closing it again is refused with the server's code and a hint.
+    // Closing it again is refused with the server's code, in words (issue 16
+    // item 11: no HTTP reason phrase).
     let err = client.fails(&["close", &other.to_string()], 1);
-    assert!(err.contains("bothy: invalid_state_transition:"), "{err}");
-    assert!(err.contains("hint: "), "{err}");
+    assert!(
+        err.contains("bothy: invalid_state_transition: the session is closed already"),
+        "{err}"
+    );
+    assert!(!err.contains("Conflict"), "{err}");
+    // Attaching a closed session says so at once: no TOTP question.
+    let err = client.fails(&["attach", &other.to_string()], 255);
+    assert!(
+        err.contains("bothy: terminal_closed:") && err.contains("client_closed"),
+        "{err}"
+    );
+    // Open sessions only by default; --all with how they ended.
+    let out = client.ok(&["sessions"]);
+    assert_eq!(out, "No open sessions.\n");
+    let out = client.ok(&["sessions", "--all", "--page-size", "1"]);
+    let line = line_where(
+        &out,
+        |l| l.trim_start().starts_with(other_short),
+        "the closed session",
+    );
+    assert!(
+        line.contains("closed") && line.contains("client_closed"),
+        "{line}"
+    );
+    line_where(
+        &out,
+        |l| l.trim_start().starts_with(short) && l.contains("process_exited"),
+        "the first session, on the second page",
+    );
+    let all: Value = client.json(&["sessions", "--all", "--json", "--page-size", "1"]);
+    assert_eq!(all.as_array().expect("list").len(), 2, "{all}");
+}
+
+/// One exit status scheme (issue 16 item 11, D-371): usage errors are 2 in
+/// every command, `bothy --help` names the scheme, a session that matches
+/// nothing is 1 outside open and attach.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_errors_exit_2_and_the_help_names_the_exit_status() {
+    let scenario = start().await;
+    let client = Client::new(&scenario).logged_in();
+    let help = client.ok(&["--help"]);
+    assert!(
+        help.contains("Exit status:") && help.contains("255") && help.contains("usage error"),
+        "{help}"
+    );
+    for args in [
+        &["attach", "zz!"][..],
+        &["close", "not-an-id"],
+        &["revoke", "not-a-grant"],
+        &["sessions", "--no-such-flag"],
+        &["open"],
+    ] {
+        let err = client.fails(args, 2);
+        assert!(!err.is_empty(), "{args:?}");
+    }
+    let err = client.fails(&["close", "abcd"], 1);
+    assert!(err.contains("bothy: no_session:"), "{err}");
+    // The whole fingerprint is in `bothy host show` (the tables show its start).
+    let fingerprint =
+        hosts_common::get_host(&scenario.server, scenario.owner.token(), &scenario.host_id)
+            .await
+            .body["key_fingerprint"]
+            .as_str()
+            .expect("fingerprint")
+            .to_owned();
+    let shown = client.ok(&["host", "show", "scenario host"]);
+    assert!(shown.contains(&fingerprint), "{shown}");
+    let hosts = client.ok(&["hosts"]);
+    assert!(!hosts.contains(&fingerprint), "{hosts}");
+    assert!(hosts.contains(&fingerprint[..9]), "{hosts}");
+    let err = client.fails(&["attach", "abcd"], 255);
+    assert!(err.contains("bothy: no_session:"), "{err}");
 }
 
 /// TM-T18: the first opening pins the host key; after a re-pairing the
@@ -692,7 +808,33 @@ struct Proxy {
     connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     refusing: Arc<AtomicBool>,
     refused: Arc<AtomicUsize>,
+    /// Connections open now stop passing bytes (a dead network that sends
+    /// no reset: neither side learns of it).
+    frozen: Arc<AtomicBool>,
     accept: tokio::task::JoinHandle<()>,
+}
+
+/// Copies `from` to `to` until either ends; once `frozen`, nothing more
+/// passes (the task waits until it is cut).
+async fn copy_unless_frozen(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    frozen: Arc<AtomicBool>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = vec![0u8; 16 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if frozen.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
 }
 
 impl Proxy {
@@ -704,25 +846,32 @@ impl Proxy {
         let connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>> = Arc::default();
         let refusing = Arc::new(AtomicBool::new(false));
         let refused = Arc::new(AtomicUsize::new(0));
+        let frozen = Arc::new(AtomicBool::new(false));
         let accept = {
-            let (connections, refusing, refused) = (
+            let (connections, refusing, refused, frozen) = (
                 Arc::clone(&connections),
                 Arc::clone(&refusing),
                 Arc::clone(&refused),
+                Arc::clone(&frozen),
             );
             tokio::spawn(async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
+                while let Ok((inbound, _)) = listener.accept().await {
                     if refusing.load(Ordering::SeqCst) {
                         refused.fetch_add(1, Ordering::SeqCst);
                         drop(inbound);
                         continue;
                     }
+                    let frozen = Arc::clone(&frozen);
                     let task = tokio::spawn(async move {
-                        if let Ok(mut outbound) =
+                        if let Ok(outbound) =
                             tokio::net::TcpStream::connect(("127.0.0.1", upstream)).await
                         {
-                            let _ =
-                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            let (in_read, in_write) = inbound.into_split();
+                            let (out_read, out_write) = outbound.into_split();
+                            tokio::select! {
+                                () = copy_unless_frozen(in_read, out_write, Arc::clone(&frozen)) => {}
+                                () = copy_unless_frozen(out_read, in_write, frozen) => {}
+                            }
                         }
                     });
                     connections.lock().expect("lock").push(task);
@@ -734,8 +883,18 @@ impl Proxy {
             connections,
             refusing,
             refused,
+            frozen,
             accept,
         }
+    }
+
+    /// Connections open now pass nothing more; new ones pass again.
+    fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
     }
 
     /// `https://localhost:<port>` (the server's certificate names localhost).
@@ -831,6 +990,128 @@ async fn tm_t12_a_lost_connection_is_reattached_quickly_and_after_the_window_wit
     assert_eq!(scenario.closed(session_id).await.0, "process_exited");
 }
 
+/// Issue 15 item 9 (client part): a server that answers nothing while the
+/// session is idle (the network died without a reset) is noticed by the
+/// client's pings within three intervals, and the session is reattached by
+/// itself as after a lost connection, without a step-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_server_is_noticed_by_the_keepalive_and_the_session_reattached() {
+    let scenario = start().await;
+    let proxy = Proxy::start(scenario.server.port).await;
+    let client = Client::new(&scenario).via(proxy.base()).logged_in();
+    let mut p = tokio::task::block_in_place(|| {
+        let mut p = client.spawn(&["open", "scenario host", "--server-alive-interval", "1"]);
+        client.answer_step_up(&mut p);
+        ready(&mut p);
+        run(&mut p, "echo ONE-$((1+1))\r", "ONE-2");
+        p
+    });
+    let (session_id, _) = newest_session(&scenario).await;
+    let step_ups_before = step_up_count(&scenario).await;
+    // Idle, and the network goes silent; new connections are refused until
+    // the client has said it noticed.
+    proxy.refuse(true);
+    proxy.freeze();
+    tokio::task::block_in_place(|| {
+        let seen = p
+            .exp_string("the server has not answered for 3 s")
+            .expect("the keepalive notices");
+        assert!(!seen.contains("TOTP"), "{seen:?}");
+    });
+    // The server learns of the loss when the dead connection is cut.
+    proxy.cut();
+    proxy.thaw();
+    scenario.wait_state(session_id, "detached").await;
+    proxy.refuse(false);
+    let exit = tokio::task::block_in_place(|| {
+        p.exp_string("bothy: reattached.").expect("reattached");
+        p.exp_string("ONE-2").expect("the replay");
+        ready(&mut p);
+        type_text(&mut p, "exit 4\r");
+        finish(&mut p)
+    });
+    assert_eq!(exit, 4);
+    assert_eq!(
+        step_up_count(&scenario).await,
+        step_ups_before,
+        "no step-up"
+    );
+    // Nothing listens at the login's address any more: the client names the
+    // URL it tried and says nothing of certificates (issue 16 item 8).
+    let base = proxy.base();
+    drop(proxy);
+    let err = client.fails(&["hosts"], 1);
+    assert!(
+        err.contains(&format!(
+            "bothy: unreachable: nothing accepts connections at {base}"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("certificate"), "{err}");
+}
+
+/// Issue 15 item 10 and issue 16 item 8: a restart of the server (as after
+/// SIGTERM: the stream gets 4013 `server_shutdown`) with a session open and a
+/// background job running; the client says so, keeps trying while the server
+/// is down and while the host service reconnects (409 `host_unavailable`),
+/// and takes the session back in the same client without a step-up, the
+/// background job still running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_is_reattached_by_the_client_itself() {
+    let mut scenario = start().await;
+    let client = Client::new(&scenario).logged_in();
+    let mut p = tokio::task::block_in_place(|| {
+        let mut p = client.open_shell();
+        run(
+            &mut p,
+            "(while sleep 0.2; do date +%s%N > /tmp/bothy-bg-$$; done) & echo BG=$!\r",
+            "BG=",
+        );
+        p
+    });
+    let (session_id, _) = newest_session(&scenario).await;
+    let step_ups_before = step_up_count(&scenario).await;
+    scenario.server.restart().await;
+    tokio::task::block_in_place(|| {
+        let seen = p
+            .exp_string("bothy: reattached.")
+            .expect("reattached by itself");
+        assert!(
+            seen.contains("the server closed the connection (server_shutdown)"),
+            "{seen:?}"
+        );
+        assert!(!seen.contains("TOTP"), "no step-up: {seen:?}");
+        assert!(!seen.contains("check your network"), "{seen:?}");
+        // The job ran on through the restart.
+        run(&mut p, "jobs -r\r", "Running");
+        ready(&mut p);
+    });
+    scenario.wait_connected().await;
+    assert_eq!(
+        step_up_count(&scenario).await,
+        step_ups_before,
+        "no step-up"
+    );
+    // The host service's log has the reconnect and the session's detach and
+    // attach, by IDs only (issue 16 item 14).
+    scenario.wait_log("reconnected to the server").await;
+    let log = scenario.log();
+    for what in ["session opened", "session detached", "session attached"] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(what) && l.contains(&session_id.to_string()))
+            .unwrap_or_else(|| panic!("{what}: {log}"));
+        assert!(!line.contains(&scenario.users[0].name), "{line}");
+        assert!(!line.contains('/'), "no path: {line}");
+    }
+    let exit = tokio::task::block_in_place(|| {
+        type_text(&mut p, "kill %1; exit 6\r");
+        finish(&mut p)
+    });
+    assert_eq!(exit, 6);
+    assert_eq!(scenario.closed(session_id).await.0, "process_exited");
+}
+
 async fn step_up_count(scenario: &Scenario) -> i64 {
     count_rows(scenario, "step_ups").await
 }
@@ -913,13 +1194,18 @@ async fn host_administration_from_the_command_line() {
     let home = client.into_home();
     scenario.wait_log("status=78").await;
     scenario.stop_service();
-    let fingerprint = pair_host(&scenario, &code);
+    pair_host(&scenario, &code);
     let bob =
         hosts_common::invited_person(&scenario.server, &scenario.owner, "bob", "member", 5).await;
     let bobs_user = scenario.users[2].name.clone();
     let client = Client::with_home(&scenario, home);
     let confirm = |prefix: &str, expect: &str| {
         let mut p = client.spawn(&["host", "confirm", "scenario host", "--reason", "paired"]);
+        // A typo of the form is said at once, before any other question
+        // (issue 16 item 9; I, L, O and U are not in the alphabet).
+        answer(&mut p, "characters of the fingerprint", "ILOU1234");
+        p.exp_string("That is not the start of a fingerprint")
+            .expect("the form is checked first");
         answer(&mut p, "characters of the fingerprint", prefix);
         answer(&mut p, "(yes/no): ", "no");
         answer(&mut p, "(none/organization/personal): ", "none");
@@ -935,7 +1221,38 @@ async fn host_administration_from_the_command_line() {
         finish(&mut p)
     };
     tokio::task::block_in_place(|| {
-        assert_eq!(confirm("00000000", "bothy: fingerprint_mismatch:"), 1);
+        // A wrong start: the attempts left are said, and the start asked
+        // again with a new step-up; the other answers stay.
+        let mut p = client.spawn(&["host", "confirm", "scenario host", "--reason", "paired"]);
+        answer(&mut p, "characters of the fingerprint", "00000000");
+        answer(&mut p, "(yes/no): ", "no");
+        answer(&mut p, "(none/organization/personal): ", "none");
+        answer(&mut p, "empty for none): ", "");
+        answer(&mut p, "empty to finish): ", "");
+        client.answer_step_up(&mut p);
+        p.exp_string("2 attempts left (at 0 the host must be paired again)")
+            .expect("attempts_remaining");
+        answer(&mut p, "characters of the fingerprint", "00000001");
+        client.answer_step_up(&mut p);
+        p.exp_string("1 attempt left").expect("attempts_remaining");
+        answer(&mut p, "characters of the fingerprint", "00000002");
+        client.answer_step_up(&mut p);
+        p.exp_string("bothy: fingerprint_mismatch:")
+            .expect("the last attempt");
+        p.exp_string("hint: make a new pairing code (bothy host pair-again)")
+            .expect("what to do");
+        assert_eq!(finish(&mut p), 1);
+    });
+    // At 0 the host fell back to pairing: a new code, pair again.
+    let code = tokio::task::block_in_place(|| {
+        let mut p = client.spawn(&["host", "pair-again", "scenario host", "--reason", "again"]);
+        client.answer_step_up(&mut p);
+        let (_, code) = p.exp_regex("bothy_hpc_[A-Za-z0-9_]+").expect("the code");
+        assert_eq!(finish(&mut p), 0);
+        code
+    });
+    let fingerprint = pair_host(&scenario, &code);
+    tokio::task::block_in_place(|| {
         assert_eq!(confirm(&prefix_of(&fingerprint), "confirmed: active."), 0);
     });
     let host =
@@ -969,10 +1286,12 @@ async fn host_administration_from_the_command_line() {
             "bothy: host_unavailable:",
             255,
         );
+        // The host service waits its longest backoff after a disable: the
+        // client says so (issue 15 item 4).
         with_step_up(
             &client,
             &["host", "enable", "scenario host", "--reason", "done"],
-            "active.",
+            "host_service.reconnect_backoff_cap",
             0,
         );
         with_step_up(
@@ -1174,7 +1493,7 @@ async fn disable_and_enable_a_person_from_the_command_line() {
         let seen = with_step_up(
             &client,
             &["person", "disable", &owner, "--reason", "r"],
-            "hint: the last active owner stays",
+            "hint: make another person an owner first",
             1,
         );
         assert!(
@@ -1201,9 +1520,12 @@ async fn disable_and_enable_a_person_from_the_command_line() {
     assert_eq!(out, "dave was active already.\n");
 }
 
-/// A person invited with the CLI enrolls with the CLI (password twice, the
-/// otpauth URI for the app, the first code), then logs in; a wrong first
-/// code is refused with the server's code.
+/// A person invited with the CLI enrolls with the CLI, then logs in (issue
+/// 16 items 4, 5 and 16): a mistyped enrollment code is said before any
+/// password is asked; the password rule is stated first and a short one is
+/// asked again with the count; the TOTP secret shows as a QR code and as
+/// base32 on its own line; a code that is no 6-digit code is said at once;
+/// at login a refused TOTP code (used already) asks again instead of ending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn enroll_then_login_from_the_command_line() {
     let scenario = start().await;
@@ -1219,38 +1541,75 @@ async fn enroll_then_login_from_the_command_line() {
             .expect("after 1970");
         totp.generate(now)
     };
-    tokio::task::block_in_place(|| {
+    let mistyped = format!("{}x", &enrollment[..enrollment.len() - 1]);
+    let used_code = tokio::task::block_in_place(|| {
         let mut p = carol.spawn(&["enroll", "--server", &server.base]);
+        answer(&mut p, "Enrollment code: ", &mistyped);
+        let seen = p
+            .exp_string("That code is wrong, used or expired")
+            .expect("the code is checked first");
+        assert!(!seen.contains("password"), "{seen:?}");
         answer(&mut p, "Enrollment code: ", &enrollment);
+        p.exp_string("Enrolling carol. Choose a password of at least 12 characters")
+            .expect("the rule comes first");
+        answer(&mut p, "New password: ", "too short");
+        p.exp_string("Too short: 9 characters, at least 12")
+            .expect("the count");
         answer(&mut p, "New password: ", identity_common::PASSWORD);
         answer(&mut p, "The password again: ", "something else entirely");
         p.exp_string("differ").expect("refused");
         answer(&mut p, "New password: ", identity_common::PASSWORD);
         answer(&mut p, "The password again: ", identity_common::PASSWORD);
+        let (before, secret) = p
+            .exp_regex("Secret \\(base32\\):\\s+[A-Z2-7]+")
+            .expect("the secret on its own line");
+        // A QR code of half blocks: many lines between the text and the secret
+        // (rexpect reads bytes, so the blocks are not compared as text).
+        let after_text = before
+            .split("show it to no one.")
+            .nth(1)
+            .expect("the text before the QR code");
+        assert!(after_text.lines().count() > 15, "a QR code: {before:?}");
         let (_, uri) = p.exp_regex("otpauth://[^\\s]+").expect("the URI");
+        assert!(
+            uri.contains(secret.split_whitespace().last().expect("secret")),
+            "{uri} {secret}"
+        );
         let totp = totp_rs::TOTP::from_url(&uri).expect("an otpauth URI");
+        answer(&mut p, "The code your app shows now: ", "12345");
+        p.exp_string("That is not a 6-digit code").expect("a typo");
+        let code = next_code(&totp);
         wait_prompt(&mut p, "The code your app shows now: ");
-        p.send_line(&next_code(&totp)).expect("typed");
+        p.send_line(&code).expect("typed");
         p.exp_string("Enrolled as carol").expect("enrolled");
         assert_eq!(finish(&mut p), 0);
-        // Carol logs in with the CLI: password and a fresh code.
+        // Carol logs in with the CLI: the code of the enrollment again is
+        // refused (used), and the login asks again.
         let mut p = carol.spawn(&["login", "--server", &server.base, "--username", "carol"]);
+        answer(&mut p, "Password: ", identity_common::PASSWORD);
+        answer(&mut p, "TOTP code: ", &code);
+        p.exp_string("Not accepted:").expect("said");
         answer(&mut p, "Password: ", identity_common::PASSWORD);
         wait_prompt(&mut p, "TOTP code: ");
         p.send_line(&next_code(&totp)).expect("typed");
         p.exp_string("Logged in as carol").expect("logged in");
         assert_eq!(finish(&mut p), 0);
+        enrollment.clone()
     });
     let out = carol.ok(&["whoami"]);
     assert!(out.contains("carol (member)"), "{out}");
-    // A used enrollment code is refused.
+    // A used enrollment code is refused before the password, three times at most.
     tokio::task::block_in_place(|| {
         let mut p = carol.spawn(&["enroll", "--server", &server.base]);
-        answer(&mut p, "Enrollment code: ", &enrollment);
-        for prompt in ["New password: ", "The password again: "] {
-            answer(&mut p, prompt, identity_common::PASSWORD);
+        for _ in 0..3 {
+            answer(&mut p, "Enrollment code: ", &used_code);
         }
-        p.exp_string("bothy: unauthenticated:").expect("refused");
+        let seen = p
+            .exp_string("bothy: unauthenticated: the enrollment code is wrong, used or expired")
+            .expect("refused");
+        assert!(!seen.contains("New password"), "{seen:?}");
+        p.exp_string("hint: ask an owner for a new enrollment code")
+            .expect("the hint");
         assert_eq!(finish(&mut p), 1);
     });
 }
@@ -1312,8 +1671,13 @@ async fn sigterm_restores_the_terminal_and_leaves_the_session_detached() {
         .signal(nix::sys::signal::Signal::SIGTERM)
         .expect("signalled");
     let exit = tokio::task::block_in_place(|| {
-        p.exp_string("bothy: cancelled:")
-            .expect("the client says so");
+        // Issue 16 item 7: not "cancelled, nothing was changed".
+        p.exp_string(&format!(
+            "bothy: detached: session {session_id} is detached (SIGTERM)"
+        ))
+        .expect("the client says so");
+        p.exp_string(&format!("hint: bothy attach {session_id} takes it back"))
+            .expect("and how to go on");
         finish(&mut p)
     });
     assert_eq!(exit, 255);
@@ -1357,7 +1721,7 @@ async fn a_closed_output_ends_the_client_and_leaves_the_session_detached() {
         let _ = p.flush();
         p.exp_string("bothy: output_closed:")
             .expect("the client says why it ended");
-        p.exp_string("bothy attach SESSION")
+        p.exp_string(&format!("bothy attach {session_id} takes it back"))
             .expect("and how to go on");
         finish(&mut p)
     });

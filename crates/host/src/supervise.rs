@@ -142,9 +142,18 @@ pub fn command(config_path: &Path) -> i32 {
     let mut supervisor = match Supervisor::start(config_path, &config.host_service) {
         Ok(s) => s,
         Err(StartError::Busy) => {
+            // Issue 16 item 2: which folder, which process, and the key that
+            // gives this configuration a folder of its own.
+            let runtime_dir = &config.host_service.runtime_dir;
+            let holder = manager::read_record(runtime_dir, &manager::supervise_record(runtime_dir))
+                .map_or_else(|_| "unknown".to_owned(), |pid| pid.to_string());
             error!(
                 code = "supervise_running",
-                "another supervise runs for this runtime_dir"
+                runtime_dir = %runtime_dir.display(),
+                pid = %holder,
+                "another supervise (PID {holder}) runs for the runtime folder {}: stop it, or give \
+                 this configuration a folder of its own with host_service.runtime_dir",
+                runtime_dir.display()
             );
             return 1;
         }

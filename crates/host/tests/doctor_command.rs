@@ -105,6 +105,15 @@ fn a_subscription_login_is_named_on_the_host_and_fails_the_exit_code() {
         lines.contains(&"HD6 hd6_llm_login: failed subscription_login_detected"),
         "{text}"
     );
+    // The code, then what it means and what to do (issue 16 item 10).
+    let at = lines
+        .iter()
+        .position(|l| *l == "HD6 hd6_llm_login: failed subscription_login_detected")
+        .unwrap();
+    assert!(
+        lines[at + 1].starts_with("  hint: a session user holds a personal subscription login"),
+        "{text}"
+    );
     assert!(
         lines.contains(
             &format!(

@@ -976,6 +976,11 @@ async fn doctor_through_the_running_service() {
         String::from_utf8_lossy(&passed.stderr)
     );
     assert!(text.contains("hd1_user"), "{text}");
+    // It says whose run this is (issue 16 item 10).
+    assert!(
+        text.starts_with("The host service runs: these are the results of its own run"),
+        "{text}"
+    );
     let mut device = scenario.open_shell().await;
     start_background(&mut device).await;
     std::fs::set_permissions(
@@ -987,6 +992,10 @@ async fn doctor_through_the_running_service() {
     let text = String::from_utf8_lossy(&refused.stdout).into_owned();
     assert!(!refused.status.success(), "doctor fails: {text}");
     assert!(text.contains("state_dir_mode"), "{text}");
+    assert!(
+        text.contains("  hint: the state directory is open to others: chmod 700 it"),
+        "{text}"
+    );
     scenario.wait_no_session_processes(0).await;
     scenario.wait_log("status=78").await;
     assert!(

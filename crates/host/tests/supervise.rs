@@ -150,7 +150,20 @@ fn a_missing_session_user_is_skipped_and_a_second_supervise_is_refused() {
     assert!(!sup.log_text().contains("btnosuchuser0"));
     let second = sup.spawn_supervise().wait_with_output().unwrap();
     assert_eq!(second.status.code(), Some(1));
-    assert!(sup.log_text().contains("supervise_running"));
+    // The refusal names the folder, the PID that holds it and the key to
+    // change (issue 16 item 2).
+    let holder = fs::read_to_string(sup.runtime_dir.join("supervise.pid")).unwrap();
+    let log = sup.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.contains("supervise_running"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        line.contains(&sup.runtime_dir.display().to_string())
+            && line.contains(&format!("PID {}", holder.trim()))
+            && line.contains("host_service.runtime_dir"),
+        "{line}"
+    );
 }
 
 #[tokio::test]

@@ -46,6 +46,10 @@ pub enum NetError {
     /// The proxy setting of the environment is not usable.
     #[error("the proxy of the environment is not usable: {0}")]
     Proxy(String),
+    /// Nothing accepts TCP connections at the server's address and port
+    /// (connection refused): the server does not run, or not there.
+    #[error("the server refused the connection (nothing listens at its address and port)")]
+    Refused,
     /// TCP, proxy, TLS or WebSocket failed.
     #[error("cannot reach the server: {0}")]
     Connect(String),
@@ -227,7 +231,10 @@ impl Connector {
             None => {
                 let tcp = TcpStream::connect((server.host_name(), server.port()))
                     .await
-                    .map_err(|e| NetError::Connect(e.kind().to_string()))?;
+                    .map_err(|e| match e.kind() {
+                        std::io::ErrorKind::ConnectionRefused => NetError::Refused,
+                        kind => NetError::Connect(kind.to_string()),
+                    })?;
                 let peer = tcp.peer_addr().ok();
                 (tcp, PeerInfo { direct_peer: peer })
             }

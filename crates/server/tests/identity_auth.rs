@@ -890,6 +890,69 @@ async fn enrollment_refuses_bad_codes_and_passwords(engine: Engine) {
     server.stop().await;
 }
 
+/// `POST /auth/enroll/check` (issue 16 item 4, D-372): a code that works
+/// names its person and changes nothing; every code that does not work gets
+/// the one 401 of enroll (no oracle between wrong, used and expired), audited
+/// as an enroll refusal with operation `check`, and charged to the bucket.
+async fn the_enrollment_code_is_checked_alone(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let code = bootstrap(&server, "alice").await;
+    let check = |code: String| {
+        let server = &server;
+        async move {
+            post(
+                server,
+                "/api/v1/auth/enroll/check",
+                None,
+                json!({"code": code}),
+            )
+            .await
+        }
+    };
+    let reply = check(code.clone()).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+    assert_eq!(reply.body["username"], "alice");
+    assert!(reply.body["code_expires_at"].as_i64().is_some());
+    // Checked twice: still works (nothing was used), and enroll goes on.
+    assert_eq!(check(code.clone()).await.status, 200);
+    let alice = enroll(&server, &code, PASSWORD).await;
+    // Used now: the same refusal as an unknown, a malformed and an expired one.
+    let session = alice.login(&server, 1).await;
+    let invited = post(
+        &server,
+        "/api/v1/persons",
+        Some(&session.token),
+        json!({"username": "bob", "role": "member"}),
+    )
+    .await;
+    let bob_code = invited.body["enrollment_code"].as_str().unwrap().to_owned();
+    let unknown = format!("bothy_ec_{}", "A".repeat(43));
+    for bad in [code.as_str(), unknown.as_str(), "garbage"] {
+        let reply = check(bad.to_owned()).await;
+        assert_eq!(reply.status, 401, "{bad}");
+        assert_eq!(reply.body, unauthenticated_body(), "{bad}");
+    }
+    server.clock.advance(Duration::from_secs(24 * 3600));
+    let reply = check(bob_code).await;
+    assert_eq!(reply.body, unauthenticated_body(), "expired");
+    // A strict body: another member is a validation error, not a check.
+    let reply = post(
+        &server,
+        "/api/v1/auth/enroll/check",
+        None,
+        json!({"code": "x", "password": PASSWORD}),
+    )
+    .await;
+    assert_eq!(reply.status, 400, "{:?}", reply.body);
+    let denied = audit_of(&server, "auth.enroll", "deny").await;
+    let checks = denied
+        .iter()
+        .filter(|row| row.details["operation"] == "check")
+        .count();
+    assert_eq!(checks, 4, "{denied:?}");
+    server.stop().await;
+}
+
 // ---------------------------------------------------------------- admin
 
 async fn admin_reset_and_disable_end_sessions(engine: Engine) {
@@ -1260,6 +1323,7 @@ both_engines!(
     failed_logins_are_rate_limited,
     a_restart_keeps_persons_sessions_and_tokens,
     enrollment_refuses_bad_codes_and_passwords,
+    the_enrollment_code_is_checked_alone,
     admin_reset_and_disable_end_sessions,
     no_secret_reaches_audit_events_or_error_bodies,
     groups_hold_persons_only,

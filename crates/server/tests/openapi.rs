@@ -34,6 +34,7 @@ const PUBLIC_OPERATIONS: &[&str] = &[
     "readyz",
     "metrics",
     "getOpenApi",
+    "checkEnrollmentCode",
     "enroll",
     "confirmEnrollment",
     "login",

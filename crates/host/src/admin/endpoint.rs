@@ -169,6 +169,11 @@ pub fn ask_doctor(state_dir: &Path) -> Option<DoctorAnswer> {
 
 /// Prints an answer as `bothy-host doctor` does and returns its exit code.
 pub fn print_answer(answer: &DoctorAnswer) -> i32 {
+    // Issue 16 item 10: whose run this is.
+    println!(
+        "The host service runs: these are the results of its own run of the checks (as the \
+         service sees the host), not of a separate run by this command."
+    );
     for line in &answer.lines {
         println!("{line}");
     }

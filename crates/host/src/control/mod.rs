@@ -134,12 +134,13 @@ pub async fn run(host: Arc<Host>, mut shutdown: watch::Receiver<bool>) -> i32 {
     let config = &host.config;
     let mut backoff = Backoff::new(config.reconnect_backoff_base, config.reconnect_backoff_cap);
     let mut delay = Duration::ZERO;
+    let mut connected_before = false;
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|stop| *stop) => return 0,
             () = tokio::time::sleep(delay) => {}
         }
-        let ended = connection(&host, &mut backoff, &mut shutdown).await;
+        let ended = connection(&host, &mut backoff, &mut shutdown, &mut connected_before).await;
         if let Ended::Closed(code, reason) = &ended {
             tracing::info!(close_code = *code, close_reason = %reason, "the server closed the control connection");
         }
@@ -184,6 +185,7 @@ async fn connection(
     host: &Arc<Host>,
     backoff: &mut Backoff,
     shutdown: &mut watch::Receiver<bool>,
+    connected_before: &mut bool,
 ) -> Ended {
     let (ws, peer) = match host
         .connector
@@ -204,6 +206,12 @@ async fn connection(
         Err(ended) => return ended,
     };
     backoff.reset();
+    // Issue 16 item 14: a successful (re)connection in the log, IDs only.
+    if std::mem::replace(connected_before, true) {
+        tracing::info!(host_id = %host.host_id, "reconnected to the server");
+    } else {
+        tracing::info!(host_id = %host.host_id, "connected to the server");
+    }
     host.apply_ready(&ready).await;
     // report before any session.open is accepted (3.5).
     if send(&mut tx, &HostMessage::Report(host.report().await))

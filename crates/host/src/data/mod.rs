@@ -395,6 +395,7 @@ impl Link {
             cmd_rx,
         ));
         self.host.sessions.report_started(self.session_id);
+        tracing::info!(session_id = %self.session_id, link = self.link_id, "session opened");
         if cmd_tx.send(CoreCmd::Live(self.link_id, out)).await.is_err() {
             return;
         }
@@ -463,6 +464,8 @@ impl Link {
             return;
         }
         let _ = cmd.send(CoreCmd::SetSize(size)).await;
+        // Issue 16 item 14: each attach in the log, by its IDs only.
+        tracing::info!(session_id = %self.session_id, link = self.link_id, "session attached");
         if !replay.is_empty() {
             if out.send(OutFrame::ReplayBegin).await.is_err() {
                 return;
@@ -482,9 +485,15 @@ impl Link {
         self.pump(stream, &cmd).await;
     }
 
+    /// The connection of a live PTY ended without the session's end: the
+    /// session is detached on the host (6.2); logged by its IDs only.
+    async fn detached(&self, cmd: &mpsc::Sender<CoreCmd>, why: &'static str) {
+        tracing::info!(session_id = %self.session_id, link = self.link_id, why, "session detached");
+        let _ = cmd.send(CoreCmd::Detached(self.link_id)).await;
+    }
+
     /// Frames from the device until the connection ends.
     async fn pump(&mut self, stream: &mut Stream, cmd: &mpsc::Sender<CoreCmd>) {
-        let link = self.link_id;
         loop {
             match self.next(&mut stream.rx, far_future()).await {
                 Incoming::Binary(bytes) => {
@@ -515,12 +524,12 @@ impl Link {
                     }
                 }
                 Incoming::Text => {
-                    let _ = cmd.send(CoreCmd::Detached(link)).await;
+                    self.detached(cmd, "text frame").await;
                     stream.close(CloseCode::InvalidMessage.as_u16(), "binary frames only");
                     return;
                 }
                 Incoming::Replaced => {
-                    let _ = cmd.send(CoreCmd::Detached(link)).await;
+                    self.detached(cmd, "replaced").await;
                     stream.close(1000, "replaced");
                     return;
                 }
@@ -528,7 +537,7 @@ impl Link {
                     if code == Some(CloseCode::TerminalClosed.as_u16()) {
                         let _ = cmd.send(CoreCmd::Kill).await;
                     } else {
-                        let _ = cmd.send(CoreCmd::Detached(link)).await;
+                        self.detached(cmd, "connection ended").await;
                     }
                     return;
                 }

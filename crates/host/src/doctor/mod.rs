@@ -39,6 +39,7 @@
 //!   helper's HD6 and HD11; [`wire`]: their messages.
 //! - [`claude_start`]: the start of the profile claude in the helper.
 //! - [`command`]: `bothy-host doctor`, `doctor-probe`, `login-probe`.
+//! - [`explain`]: one plain sentence per code for the doctor's output.
 //! - [`fuzzing`]: the property of the `doctor_wire` fuzz target.
 
 pub mod accounts;
@@ -46,6 +47,7 @@ pub mod acl;
 mod bounded;
 pub mod claude_start;
 pub mod command;
+pub mod explain;
 pub mod fuzzing;
 pub mod hd11;
 pub mod hd6;
@@ -917,6 +919,11 @@ impl Doctor {
                 (false, None) => "passed".to_owned(),
             };
             lines.push(format!("HD{} {check}: {result}", check.number()));
+            // What it means and what to do (issue 16 item 10); the code stays
+            // on the line above for whoever reads the codes.
+            if let Some(code) = code {
+                lines.push(format!("  hint: {}", explain::sentence(code)));
+            }
             let mut named: Vec<(&str, DoctorCode)> = Vec::new();
             for f in findings.iter().filter(|f| f.code.check() == check) {
                 let Some(name) = f.account.as_deref() else {

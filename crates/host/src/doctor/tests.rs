@@ -369,11 +369,16 @@ async fn a_clean_full_run_passes_and_hd7_builds_the_lists() {
     );
     assert!(asked[2..].iter().all(|(_, k)| *k == RequestKind::Full));
     let lines = doctor.local_output();
-    assert_eq!(lines.len(), 11);
+    // Eleven checks and the sentence of the one warning (issue 16 item 10).
+    assert_eq!(lines.len(), 12);
     assert_eq!(lines[0], "HD1 hd1_user: passed");
     assert_eq!(
         lines[6],
         "HD7 hd7_profiles: passed, warning workdir_dropped"
+    );
+    assert!(
+        lines[7].starts_with("  hint: a working directory of host_service.claude_workdirs"),
+        "{lines:?}"
     );
 }
 

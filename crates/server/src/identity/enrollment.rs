@@ -6,11 +6,15 @@
 //!    (`bothy_ec_`, 256 bits), stored only as the pepper's HMAC, valid for
 //!    `auth.enrollment_code_ttl`. Issuing a code deletes the person's earlier
 //!    unused codes and pending credentials: the newest code is the only one.
-//! 2. [`start`] (`POST /api/v1/auth/enroll`, code + password): checks the password
+//! 2. [`check`] (`POST /api/v1/auth/enroll/check`, the code alone), optional:
+//!    whether the code would be accepted, before the person chooses a password
+//!    (docs/decisions.md D-372). It changes nothing; a refusal is the same 401
+//!    as every other, audited like the others.
+//! 3. [`start`] (`POST /api/v1/auth/enroll`, code + password): checks the password
 //!    rule, hashes it, creates a *pending* TOTP secret and returns its
 //!    `otpauth://` URI — the only time the secret leaves the server. Calling it
 //!    again with the same code replaces the pending secret and password.
-//! 3. [`confirm`] (`POST /api/v1/auth/enroll/confirm`, code + a current TOTP
+//! 4. [`confirm`] (`POST /api/v1/auth/enroll/confirm`, code + a current TOTP
 //!    code): activates the credential (replacing any earlier one), sets the
 //!    password, and uses the code up. The TOTP code's time step counts as used.
 //!
@@ -47,6 +51,8 @@ code_enum! {
 code_enum! {
     /// The step of enrollment, in the audit (`operation`).
     pub enum EnrollmentStep {
+        /// `POST /auth/enroll/check`.
+        Check => "check",
         /// `POST /auth/enroll`.
         Start => "start",
         /// `POST /auth/enroll/confirm`.
@@ -198,6 +204,38 @@ fn denied(actor: Actor, step: EnrollmentStep, failure: AuthFailure) -> AuditEntr
     match actor {
         Actor::Person(id) => entry.target(TargetKind::Person, id),
         _ => entry,
+    }
+}
+
+/// What [`check`] answers for a code that works.
+#[derive(Debug)]
+pub struct Checked {
+    /// The person the code enrolls.
+    pub username: Username,
+    /// Until when the code is valid.
+    pub code_expires_at: UnixMillis,
+}
+
+/// `POST /api/v1/auth/enroll/check`: see the module docs. Reads only; a code
+/// that does not work is refused exactly as [`start`] refuses it.
+pub async fn check(
+    db: &Db,
+    pepper: &Pepper,
+    now: UnixMillis,
+    code: &str,
+) -> Result<Checked, IdentityError> {
+    let Some(code) = OpaqueSecret::parse(SecretKind::EnrollmentCode, code) else {
+        return Err(refuse_code(db, now, EnrollmentStep::Check).await);
+    };
+    let mut conn = db.pool().acquire().await.map_err(DbError::from)?;
+    let found = valid_code(&mut conn, pepper, &code, now).await?;
+    drop(conn);
+    match found {
+        Some(valid) => Ok(Checked {
+            username: valid.username,
+            code_expires_at: valid.expires_at,
+        }),
+        None => Err(refuse_code(db, now, EnrollmentStep::Check).await),
     }
 }
 

@@ -50,6 +50,8 @@ pub struct TestServer {
     data_dir: Option<tempfile::TempDir>,
     shutdown: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Result<(), StartError>>>,
+    /// The configuration it started with (for [`TestServer::restart`]).
+    yaml: String,
 }
 
 impl TestServer {
@@ -103,31 +105,46 @@ impl TestServer {
             data_dir.path().display(),
             db.url()
         );
-        let config = Config::from_yaml_str(&yaml).expect("test configuration");
         let clock = ManualClock::new(start_ms);
-        let app = App::open(config, clock.clone())
-            .await
-            .expect("server opens");
-        let ca_file = app.ca_file().expect("tls auto has a CA").to_path_buf();
-        let state = app.state().clone();
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
-        let port = listener.local_addr().expect("local address").port();
-        let (shutdown, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(app.serve(listener, async {
-            let _ = stopped.await;
-        }));
+        let (app, task, shutdown) = serve(&yaml, clock.clone(), listener).await;
+        let ca_file = app.0;
+        let port = app.2;
         TestServer {
             base: format!("https://localhost:{port}"),
             client: client_trusting(&ca_file),
             clock,
-            state,
+            state: app.1,
             ca_file,
             port,
             db: Some(db),
             data_dir: Some(data_dir),
             shutdown: Some(shutdown),
             task: Some(task),
+            yaml,
         }
+    }
+
+    /// A restart of the server in place: shuts it down as SIGTERM does (the
+    /// streams get 4013 `server_shutdown`), waits until it has stopped, and
+    /// starts it again on the same port, database, data directory, clock and
+    /// configuration. Clients and the host service see the same address.
+    pub async fn restart(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await
+                .expect("server task does not panic")
+                .expect("server stops cleanly");
+        }
+        let listener = TcpListener::bind(("127.0.0.1", self.port))
+            .await
+            .expect("the same port again");
+        let (app, task, shutdown) = serve(&self.yaml, self.clock.clone(), listener).await;
+        self.state = app.1;
+        self.task = Some(task);
+        self.shutdown = Some(shutdown);
     }
 
     /// The database (alive as long as the server).
@@ -168,6 +185,27 @@ impl Drop for TestServer {
             let _ = shutdown.send(());
         }
     }
+}
+
+type Served = (
+    (std::path::PathBuf, AppState, u16),
+    JoinHandle<Result<(), StartError>>,
+    oneshot::Sender<()>,
+);
+
+/// Opens the app of `yaml` on `clock` and serves it on `listener`: (its CA
+/// file, state and port), the task, and the shutdown trigger.
+async fn serve(yaml: &str, clock: Arc<ManualClock>, listener: TcpListener) -> Served {
+    let config = Config::from_yaml_str(yaml).expect("test configuration");
+    let app = App::open(config, clock).await.expect("server opens");
+    let ca_file = app.ca_file().expect("tls auto has a CA").to_path_buf();
+    let state = app.state().clone();
+    let port = listener.local_addr().expect("local address").port();
+    let (shutdown, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(app.serve(listener, async {
+        let _ = stopped.await;
+    }));
+    ((ca_file, state, port), task, shutdown)
 }
 
 /// `extra_yaml` with `terminal.sweep_interval: 365d` unless it names the key.

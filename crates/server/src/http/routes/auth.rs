@@ -2,6 +2,7 @@
 //!
 //! | Route | Request | Response |
 //! |---|---|---|
+//! | `POST /auth/enroll/check` (public) | `code` | `username`, `code_expires_at` |
 //! | `POST /auth/enroll` (public) | `code`, `password` | `person_id`, `username`, `otpauth_uri`, `code_expires_at` |
 //! | `POST /auth/enroll/confirm` (public) | `code`, `totp` | `person_id`, `username` |
 //! | `POST /auth/login` (public) | `username`, `password`, `totp`, `device_public_key`, `device_name` | `access_token`, `login_session_id`, `device_id`, `expires_at` |
@@ -51,6 +52,7 @@ use crate::identity::{IdentityError, PrincipalKind, Role, enrollment};
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {
     OpenApiRouter::new()
+        .routes(routes!(enroll_check))
         .routes(routes!(enroll))
         .routes(routes!(enroll_confirm))
         .routes(routes!(login))
@@ -91,6 +93,54 @@ pub(super) fn charged<T>(
         }
         ApiError::from(error)
     })
+}
+
+/// Checks a one-time enrollment code before the person chooses a password
+/// (public; changes nothing).
+///
+/// A client asks this first, so that a mistyped code is said before the
+/// password prompts. A code that does not work gets the same `401` as from
+/// `POST /api/v1/auth/enroll`, audited the same way; both are limited by
+/// `rl.public_auth`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/enroll/check",
+    operation_id = "checkEnrollmentCode",
+    tag = "auth",
+    request_body = CheckEnrollmentCodeRequest,
+    responses(
+        (status = 200, description = "The code works: whom it enrolls and until when.",
+            body = CheckEnrollmentCodeResponse),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated`: the code is unknown, used or \
+            expired (audited; the same body as for enroll).", body = Problem,
+            content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
+async fn enroll_check(
+    State(state): State<AppState>,
+    client: ClientAddr,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let now = state.clock().now_ms();
+    gate(&state, client, now)?;
+    let object = Object::root(&body, &["code"])?;
+    let code = object.str("code")?;
+    let checked = charged(
+        &state,
+        client,
+        now,
+        enrollment::check(state.db(), state.pepper(), now, code).await,
+    )?;
+    Ok(Json(json!({
+        "username": checked.username.as_str(),
+        "code_expires_at": checked.code_expires_at,
+    })))
 }
 
 /// Starts an enrollment with a one-time code: sets the password and a pending
@@ -486,6 +536,22 @@ async fn create_step_up(
         "step_up_id": db::id_text(&created.id),
         "expires_at": created.expires_at,
     })))
+}
+
+/// `POST /api/v1/auth/enroll/check` (doc-only; the handler reads exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct CheckEnrollmentCodeRequest {
+    /// The one-time enrollment code `bothy_ec_...`.
+    pub code: String,
+}
+
+/// `200` of `POST /api/v1/auth/enroll/check` (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct CheckEnrollmentCodeResponse {
+    /// The person the code enrolls.
+    pub username: String,
+    /// When the enrollment code expires (Unix ms).
+    pub code_expires_at: i64,
 }
 
 /// `POST /api/v1/auth/enroll` (doc-only; the handler reads exactly these members).

@@ -1,0 +1,497 @@
+//! Opening and attaching a session, and keeping it attached (6.1, 6.2):
+//! `bothy open`, `bothy attach` (by ID, by the start of one, or the only
+//! detached session), the quick reattach with the device key's proof, and
+//! the reattach by itself after a lost connection, a server that stopped
+//! answering pings, or a server restart (4013).
+//!
+//! # The quick path (6.2, docs/decisions.md D-375)
+//! From the same device in the same login within
+//! `terminal.quick_reattach_window` after the loss, an attach needs no
+//! step-up: the client signs the server's nonce with its device key. The
+//! client does not know the window nor whether the server still counts it
+//! as the session's device, so it tries the quick path for every detached
+//! session and falls back to a step-up when the server asks for one. A
+//! closed session is said before anything is asked.
+//!
+//! # Reattach by itself (D-376)
+//! After a loss the client keeps trying for [`RETRY_FOR`] (the default of
+//! `terminal.quick_reattach_window`): a server that does not answer yet (it
+//! restarts), a host that is not connected yet (409 `host_unavailable` while
+//! the host service reconnects to a restarted server) and a connection that
+//! breaks again are all expected, with a pause growing to 2 s, and said once
+//! each on stderr. After that time it gives up and says how to attach.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use bothy_noise::EphemeralKey;
+use bothy_proto::b64;
+use bothy_proto::jws::ephemeral_key_hash;
+
+use crate::api::Api;
+use crate::cli::Alive;
+use crate::close::Reaction;
+use crate::commands::{
+    TRIES, check_foreign_assignee, check_pin, color_enabled, list_sessions, logged_in, offered_pin,
+    resolve_host, resolve_session, step_up, step_up_id, totp_form, uuid_of,
+};
+use crate::dirs::Dirs;
+use crate::error::{ClientError, EXIT_SESSION_FAILURE};
+use crate::login::{self, StoredLogin};
+use crate::pins::{Pin, PinCheck, Pins};
+use crate::progress::Spinner;
+use crate::terminal::{self, Connected, Ended, Grant, LocalInput};
+
+/// How long the client tries to reattach by itself after a loss (the
+/// default of `terminal.quick_reattach_window`).
+pub const RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// The longest pause between two tries of a reattach.
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(2);
+
+/// `bothy open HOST`.
+pub async fn open(
+    dirs: &Dirs,
+    wanted: &str,
+    profile: &str,
+    workdir: Option<u32>,
+    alive: Alive,
+) -> Result<i32, ClientError> {
+    let (stored, api) = logged_in(dirs)?;
+    let host = resolve_host(&api, wanted).await?;
+    let host_id = uuid_of(&host, "id")?;
+    let offered = offered_pin(&host)?;
+    let pin_changed = pin_check(dirs, &stored, host_id, &offered)?;
+    check_foreign_assignee(&api, &host).await?;
+    let step_up_id = step_up(&api).await?;
+    let ephemeral = new_ephemeral()?;
+    let mut body = grant_body(&ephemeral, pin_changed);
+    body["step_up_id"] = json!(step_up_id);
+    let size = crate::tty::window_size();
+    body["profile"] = json!(profile);
+    body["columns"] = json!(size.columns());
+    body["rows"] = json!(size.rows());
+    if let Some(index) = workdir {
+        body["workdir_index"] = json!(index);
+    }
+    let spinner = Spinner::start("opening the session");
+    let answer = api
+        .post(&format!("/api/v1/hosts/{host_id}/terminal/sessions"), &body)
+        .await;
+    drop(spinner);
+    let grant = Grant::from_json(&answer?)?;
+    let session = Session {
+        dirs,
+        stored: &stored,
+        api: &api,
+        host_id,
+        session_id: grant.session_id,
+        expected: offered,
+        alive,
+    };
+    session.run(grant, ephemeral).await
+}
+
+/// `bothy attach [SESSION] [--host HOST]` (D-375): the session by its ID or
+/// the start of it, or without one the person's only detached session (on
+/// HOST). A closed session is said at once; a detached one is tried on the
+/// quick path first.
+pub async fn attach(
+    dirs: &Dirs,
+    typed: Option<&str>,
+    host: Option<&str>,
+    alive: Alive,
+) -> Result<i32, ClientError> {
+    let (stored, api) = logged_in(dirs)?;
+    let row = match (typed, host) {
+        (Some(typed), None) => resolve_session(&api, typed).await?,
+        (None, host) => only_detached(&api, host).await?,
+        (Some(_), Some(_)) => {
+            return Err(ClientError::Usage(
+                "name a session or --host, not both".into(),
+            ));
+        }
+    };
+    let session_id = uuid_of(&row, "session_id")?;
+    let state = row.get("state").and_then(Value::as_str).unwrap_or("-");
+    if state == "closed" {
+        return Err(ClientError::Stream(closed_end(&row)));
+    }
+    let host_id = uuid_of(&row, "host_id")?;
+    let host = api.get(&format!("/api/v1/hosts/{host_id}")).await?;
+    let host = host.get("host").cloned().unwrap_or(host);
+    let offered = offered_pin(&host)?;
+    let pin_changed = pin_check(dirs, &stored, host_id, &offered)?;
+    let session = Session {
+        dirs,
+        stored: &stored,
+        api: &api,
+        host_id,
+        session_id,
+        expected: offered,
+        alive,
+    };
+    let ephemeral = new_ephemeral()?;
+    let mut body = grant_body(&ephemeral, pin_changed);
+    let mut grant = None;
+    if state == "detached" {
+        session.prove(&mut body, &ephemeral).await?;
+        match session.attach_grant(&body).await {
+            Ok(quick) => grant = Some(quick),
+            // Not the same device and login, or the window has passed.
+            Err(ClientError::Problem(problem)) if problem.is("step_up_required", None) => {
+                if let Some(object) = body.as_object_mut() {
+                    object.remove("device_proof");
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let grant = match grant {
+        Some(grant) => grant,
+        None => {
+            body["step_up_id"] = json!(step_up(&api).await?);
+            session.attach_grant(&body).await?
+        }
+    };
+    session.run(grant, ephemeral).await
+}
+
+/// The person's only detached session (on the host `host`, when named).
+async fn only_detached(api: &Api, host: Option<&str>) -> Result<Value, ClientError> {
+    let host_id = match host {
+        Some(wanted) => Some(uuid_of(&resolve_host(api, wanted).await?, "id")?),
+        None => None,
+    };
+    let detached: Vec<Value> = list_sessions(api, host_id, false, 200)
+        .await?
+        .into_iter()
+        .filter(|s| s.get("state").and_then(Value::as_str) == Some("detached"))
+        .collect();
+    match detached.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(ClientError::NoSession(match host {
+            Some(host) => format!("you have no detached session on {host}"),
+            None => "you have no detached session".into(),
+        })),
+        several => {
+            let ids: Vec<&str> = several
+                .iter()
+                .filter_map(|s| s.get("session_id").and_then(Value::as_str))
+                .map(crate::display::short_id)
+                .collect();
+            Err(ClientError::Usage(format!(
+                "you have {} detached sessions ({}): name one (bothy attach SESSION)",
+                several.len(),
+                ids.join(", ")
+            )))
+        }
+    }
+}
+
+/// The end of a closed session's row, as the stream would have said it.
+fn closed_end(row: &Value) -> crate::close::StreamEnd {
+    crate::close::StreamEnd {
+        code: bothy_proto::codes::CloseCode::TerminalClosed.as_u16(),
+        reason: row
+            .get("close_reason")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned(),
+    }
+}
+
+fn new_ephemeral() -> Result<EphemeralKey, ClientError> {
+    EphemeralKey::generate()
+        .map_err(|_| ClientError::Protocol("no randomness for the ephemeral key".into()))
+}
+
+/// `client_ephemeral_key_hash` and, after a confirmed key change, `pin_changed`.
+fn grant_body(ephemeral: &EphemeralKey, pin_changed: bool) -> Value {
+    let mut body = json!({
+        "client_ephemeral_key_hash": b64::encode(&ephemeral_key_hash(&ephemeral.public())),
+    });
+    if pin_changed {
+        body["pin_changed"] = json!(true);
+    }
+    body
+}
+
+/// The pin check of 5.5 for `host_id` (before any step-up).
+fn pin_check(
+    dirs: &Dirs,
+    stored: &StoredLogin,
+    host_id: Uuid,
+    offered: &Pin,
+) -> Result<bool, ClientError> {
+    let pins = Pins::load(dirs)?;
+    check_pin(
+        &pins,
+        &stored.server,
+        &host_id.hyphenated().to_string(),
+        offered,
+        color_enabled(),
+    )
+}
+
+/// The text the device key signs for a quick reattach (the server's
+/// `proof_message`): a label, the session, the nonce and the new
+/// `client_ephemeral_key_hash`, one per line.
+pub fn proof_message(session_id: Uuid, nonce: &str, client_ephemeral_key_hash: &str) -> Vec<u8> {
+    format!(
+        "bothy.v1.quick_reattach\n{}\n{nonce}\n{client_ephemeral_key_hash}",
+        session_id.hyphenated()
+    )
+    .into_bytes()
+}
+
+/// One session of this client and what it needs to keep it attached.
+struct Session<'a> {
+    dirs: &'a Dirs,
+    stored: &'a StoredLogin,
+    api: &'a Api,
+    host_id: Uuid,
+    session_id: Uuid,
+    /// The host key the pin check saw.
+    expected: Pin,
+    alive: Alive,
+}
+
+impl Session<'_> {
+    /// Adds `device_proof` for the quick path: the server's nonce signed
+    /// with this device's key.
+    async fn prove(&self, body: &mut Value, ephemeral: &EphemeralKey) -> Result<(), ClientError> {
+        let session_id = self.session_id;
+        let challenge = self
+            .api
+            .post_empty(&format!(
+                "/api/v1/terminal/sessions/{session_id}/attach-challenge"
+            ))
+            .await?;
+        let nonce = challenge
+            .get("nonce")
+            .and_then(Value::as_str)
+            .ok_or_else(|| ClientError::Protocol("a challenge without nonce".into()))?;
+        let device_key = login::device_key(self.dirs)?;
+        let signing = ed25519_dalek::SigningKey::from_bytes(device_key.seed());
+        let cek = b64::encode(&ephemeral_key_hash(&ephemeral.public()));
+        use ed25519_dalek::Signer;
+        let signature = signing.sign(&proof_message(session_id, nonce, &cek));
+        body["device_proof"] =
+            json!({"nonce": nonce, "signature": b64::encode(&signature.to_bytes())});
+        Ok(())
+    }
+
+    /// terminal.attach (6.2) with `body`; the grant.
+    async fn attach_grant(&self, body: &Value) -> Result<Grant, ClientError> {
+        let answer = self
+            .api
+            .post(
+                &format!("/api/v1/terminal/sessions/{}/attach", self.session_id),
+                body,
+            )
+            .await?;
+        Grant::from_json(&answer)
+    }
+
+    /// Checks the grant's key against the one the pin check saw, runs the
+    /// handshake and pins the key (5.5: the first successful opening pins
+    /// it; a confirmed change replaces the pin).
+    async fn connect(
+        &self,
+        grant: &Grant,
+        ephemeral: EphemeralKey,
+    ) -> Result<Connected, ClientError> {
+        if grant.pin.noise_public_key != self.expected.noise_public_key
+            || grant.pin.key_generation != self.expected.key_generation
+        {
+            return Err(ClientError::Protocol(
+                "the host key changed while the session was being opened; run the command again"
+                    .into(),
+            ));
+        }
+        let connected = terminal::connect(
+            self.api,
+            &self.stored.access_token,
+            self.host_id,
+            grant,
+            ephemeral,
+        )
+        .await?;
+        let mut pins = Pins::load(self.dirs)?;
+        let host_text = self.host_id.hyphenated().to_string();
+        if pins.check(&self.stored.server, &host_text, &grant.pin) != PinCheck::Same {
+            pins.pin(&self.stored.server, &host_text, grant.pin.clone());
+            pins.store(self.dirs)?;
+        }
+        Ok(connected)
+    }
+
+    /// Connects a grant, runs the session and turns its end into the exit
+    /// status; a loss is reattached by itself (module docs).
+    async fn run(&self, grant: Grant, ephemeral: EphemeralKey) -> Result<i32, ClientError> {
+        let session_id = self.session_id;
+        let mut connected = self.connect(&grant, ephemeral).await?;
+        let mut input = LocalInput::start();
+        let interval = Duration::from_secs(self.alive.server_alive_interval);
+        loop {
+            let why = match connected.run(&mut input, interval).await? {
+                Ended::Exited(code) => return Ok(code),
+                Ended::Detached => {
+                    eprintln!(
+                        "Session {session_id} is detached and runs on; bothy attach {session_id} takes it back."
+                    );
+                    return Ok(EXIT_SESSION_FAILURE);
+                }
+                Ended::Closed { end, by_escape } => {
+                    if by_escape && end.reaction() == Reaction::Ended {
+                        eprintln!("Session {session_id} closed.");
+                        return Ok(EXIT_SESSION_FAILURE);
+                    }
+                    if !end.reattachable() {
+                        return Err(ClientError::Stream(end));
+                    }
+                    format!("the server closed the connection ({})", end.code_name())
+                }
+                Ended::Lost(None) => "the connection was lost".to_owned(),
+                Ended::Lost(Some(seconds)) => {
+                    format!("the server has not answered for {seconds} s")
+                }
+            };
+            eprintln!("bothy: {why}; reattaching session {session_id} ...");
+            connected = self.reattach(&mut input).await?;
+            eprintln!("bothy: reattached.");
+        }
+    }
+
+    /// Attaches the session again after a loss (module docs): the quick
+    /// path, or a step-up typed on the session's input once the server wants
+    /// one; transient failures are tried again for [`RETRY_FOR`].
+    async fn reattach(&self, input: &mut LocalInput) -> Result<Connected, ClientError> {
+        let mut spinner = Some(Spinner::start("reattaching"));
+        let deadline = tokio::time::Instant::now() + RETRY_FOR;
+        let mut pause = Duration::from_millis(250);
+        let mut step_up: Option<String> = None;
+        let mut said: Vec<&'static str> = Vec::new();
+        loop {
+            let ephemeral = new_ephemeral()?;
+            let result = async {
+                self.wait_detached(deadline).await?;
+                let mut body = grant_body(&ephemeral, false);
+                match &step_up {
+                    Some(id) => body["step_up_id"] = json!(id),
+                    None => self.prove(&mut body, &ephemeral).await?,
+                }
+                let grant = self.attach_grant(&body).await?;
+                self.connect(&grant, ephemeral).await
+            }
+            .await;
+            let error = match result {
+                Ok(connected) => return Ok(connected),
+                Err(error) => error,
+            };
+            let transient = match &error {
+                ClientError::Problem(problem)
+                    if problem.is("step_up_required", None) && step_up.is_none() =>
+                {
+                    drop(spinner.take());
+                    eprintln!("bothy: the quick reattach window has passed; a step-up is needed.");
+                    step_up = Some(self.step_up_on(input).await?);
+                    continue;
+                }
+                ClientError::Problem(problem) if problem.is("host_unavailable", None) => {
+                    Some("the host is not connected yet (it reconnects by itself); still trying")
+                }
+                ClientError::Problem(problem)
+                    if matches!(problem.status, 502..=504) || problem.code == "unavailable" =>
+                {
+                    Some("the server is not ready yet; still trying")
+                }
+                ClientError::Net { .. } => Some("the server does not answer yet; still trying"),
+                ClientError::Stream(end) if end.reattachable() => {
+                    Some("the connection broke again; still trying")
+                }
+                _ => None,
+            };
+            let Some(what) = transient else {
+                return Err(error);
+            };
+            if tokio::time::Instant::now() >= deadline {
+                drop(spinner.take());
+                eprintln!(
+                    "bothy: {} is still not reachable after {} s.",
+                    self.api.server(),
+                    RETRY_FOR.as_secs()
+                );
+                return Err(ClientError::Detached {
+                    session_id: self.session_id,
+                    why: "the reattach gave up",
+                });
+            }
+            if !said.contains(&what) {
+                said.push(what);
+                drop(spinner.take());
+                eprintln!("bothy: {what}");
+                spinner = Some(Spinner::start("reattaching"));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(RETRY_PAUSE_MAX);
+        }
+    }
+
+    /// Waits until the server has noticed the loss too (the session is
+    /// detached), at most until `deadline`; a session that ended meanwhile
+    /// ends with its close_reason. Only a detached session is reattached
+    /// without a step-up (6.2).
+    async fn wait_detached(&self, deadline: tokio::time::Instant) -> Result<(), ClientError> {
+        let mut pause = Duration::from_millis(50);
+        loop {
+            let row = self
+                .api
+                .get(&format!("/api/v1/terminal/sessions/{}", self.session_id))
+                .await?;
+            match row.get("state").and_then(Value::as_str) {
+                Some("detached") => return Ok(()),
+                Some("closed") => return Err(ClientError::Stream(closed_end(&row))),
+                _ if tokio::time::Instant::now() >= deadline => return Ok(()),
+                _ => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(1));
+                }
+            }
+        }
+    }
+
+    /// A TOTP step-up whose code is typed on the session's input (the
+    /// terminal is out of raw mode while the session waits).
+    async fn step_up_on(&self, input: &mut LocalInput) -> Result<String, ClientError> {
+        let mut tries = 0;
+        loop {
+            eprint!("TOTP code for the step-up: ");
+            let typed = input.read_line().await.ok_or(ClientError::Cancelled)?;
+            let Some(code) = totp_form(&typed) else {
+                eprintln!("That is not a 6-digit code; type the code your app shows.");
+                continue;
+            };
+            tries += 1;
+            match self
+                .api
+                .post(
+                    "/api/v1/auth/step-up",
+                    &json!({"method": "totp", "code": code}),
+                )
+                .await
+            {
+                Ok(answer) => return step_up_id(&answer),
+                Err(ClientError::Problem(problem))
+                    if tries < TRIES && problem.is("step_up_required", Some("totp_invalid")) =>
+                {
+                    eprintln!("That code was wrong or used already; wait for the next one.");
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
