@@ -572,11 +572,10 @@ async fn noise_through_the_relay(engine: Engine) {
 
 // ---- backpressure ------------------------------------------------------------------
 
-async fn backpressure_slow_device_gets_4014(engine: Engine) {
-    let f = fixture_with(engine, "terminal:\n  relay_buffer_max_bytes: 65535\n").await;
-    let id = f.session("active").await;
-    let mut host = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
-    // A device that will stop reading, with a tiny receive buffer.
+/// A device stream of `id` after `ready` with a tiny receive buffer (a
+/// device that can be made slow by not reading), paired with the host side
+/// already there.
+async fn slow_device(f: &Fixture, id: Uuid) -> support::ws::Ws {
     let mut device = ws::connect_with(
         &f.server,
         &bothy_proto::stream::stream_path(&id),
@@ -594,6 +593,14 @@ async fn backpressure_slow_device_gets_4014(engine: Engine) {
     ws::send(&mut device, Message::text(identify)).await;
     assert!(matches!(next_frame(&mut device).await, Frame::Text(_)));
     f.sides(id, true, true).await;
+    device
+}
+
+async fn backpressure_slow_device_gets_4014(engine: Engine) {
+    let f = fixture_with(engine, "terminal:\n  relay_buffer_max_bytes: 65535\n").await;
+    let id = f.session("active").await;
+    let mut host = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
+    let mut device = slow_device(&f, id).await;
 
     // The host sends numbered messages until the transport holds it back.
     let sender = tokio::spawn(async move {
@@ -882,23 +889,7 @@ async fn the_last_messages_reach_the_device_before_the_end(engine: Engine) {
     let f = fixture_with(engine, "terminal:\n  relay_buffer_max_bytes: 65535\n").await;
     let id = f.session("active").await;
     let host = host_data::login(&f.server, id, f.host_id, &f.host.keys).await;
-    let mut device = ws::connect_with(
-        &f.server,
-        &bothy_proto::stream::stream_path(&id),
-        None,
-        Options {
-            recv_buffer: Some(4096),
-        },
-    )
-    .await
-    .expect("upgrade");
-    let identify = bothy_proto::stream::DeviceMessage::Identify(bothy_proto::stream::Identify {
-        access_token: Some(f.owner.token().to_owned()),
-    })
-    .to_json();
-    ws::send(&mut device, Message::text(identify)).await;
-    assert!(matches!(next_frame(&mut device).await, Frame::Text(_)));
-    f.sides(id, true, true).await;
+    let mut device = slow_device(&f, id).await;
     // The host sends numbered messages until it is told to stop (after the
     // relay held it back), then reads on, answering the close of the end.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
