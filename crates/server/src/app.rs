@@ -77,6 +77,20 @@ pub enum StartError {
          cluster.mode: single (PostgreSQL works with one node too)"
     )]
     ClusterMultiNotBuilt,
+    /// `server.tls: off` on an address other than loopback, without the
+    /// operator's acknowledgement (docs/decisions.md D-354).
+    #[error(
+        "config_invalid: server.tls is off while server.listen ({listen}) is not a loopback \
+         address: access tokens, session cookies and passwords would cross the network in \
+         clear. Listen on 127.0.0.1 or [::1] behind a TLS-terminating proxy on the same \
+         machine, use server.tls: auto or certificate files, or set \
+         server.tls_off_beyond_loopback: true if the network path to the proxy is protected \
+         otherwise"
+    )]
+    TlsOffBeyondLoopback {
+        /// The configured `server.listen`.
+        listen: std::net::SocketAddr,
+    },
 }
 
 /// A server ready to serve: database open and migrated, TLS loaded, the log
@@ -104,6 +118,7 @@ impl App {
         if config.cluster.mode == ClusterMode::Multi {
             return Err(StartError::ClusterMultiNotBuilt);
         }
+        check_plain_http(&config)?;
         let Store { db, pepper } = Store::open(&config).await?;
         let source = match &config.server.tls {
             Tls::Off => TlsSource::Off,
@@ -227,6 +242,26 @@ impl Store {
         db.migrate().await?;
         Ok(Store { db, pepper })
     }
+}
+
+/// `server.tls: off` serves plain HTTP for a proxy that terminates TLS; on a
+/// loopback address only that proxy on the same machine reaches it. Beyond
+/// loopback the operator must say so (D-354).
+fn check_plain_http(config: &Config) -> Result<(), StartError> {
+    let listen = config.server.listen;
+    if config.server.tls != Tls::Off || listen.ip().to_canonical().is_loopback() {
+        return Ok(());
+    }
+    if !config.server.tls_off_beyond_loopback {
+        return Err(StartError::TlsOffBeyondLoopback { listen });
+    }
+    tracing::warn!(
+        %listen,
+        "server.tls is off on an address beyond loopback (acknowledged by \
+         server.tls_off_beyond_loopback): tokens and cookies cross the network in clear \
+         unless the path to the TLS-terminating proxy is protected"
+    );
+    Ok(())
 }
 
 fn ensure_private_dir(path: &Path) -> Result<(), StartError> {

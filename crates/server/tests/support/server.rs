@@ -197,20 +197,35 @@ fn with_quiet_sweep(extra_yaml: &str) -> String {
 
 /// A reqwest client whose only trust anchor is the CA in `ca_file`.
 pub fn client_trusting(ca_file: &std::path::Path) -> reqwest::Client {
+    client_builder_trusting(ca_file)
+        .build()
+        .expect("client")
+}
+
+/// [`client_trusting`] as a builder, for more options (a local address).
+pub fn client_builder_trusting(ca_file: &std::path::Path) -> reqwest::ClientBuilder {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca_file).expect("CA file") {
         roots
             .add(cert.expect("CA certificate"))
             .expect("CA accepted");
     }
+    builder_with_roots(roots)
+}
+
+/// A client for plain HTTP (`server.tls: off`); it trusts no certificate.
+pub fn plain_http_client() -> reqwest::Client {
+    builder_with_roots(rustls::RootCertStore::empty())
+        .build()
+        .expect("client")
+}
+
+fn builder_with_roots(roots: rustls::RootCertStore) -> reqwest::ClientBuilder {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .build()
-        .expect("client")
+    reqwest::Client::builder().tls_backend_preconfigured(tls)
 }
