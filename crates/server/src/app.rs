@@ -9,7 +9,8 @@
 //! [`Shutdown`]: the accept loop stops and drains the HTTP connections, every
 //! WebSocket task closes its socket with 4013 `server_shutdown`, and the log tail
 //! (started in [`App::open`] on the same signal) stops. `serve` then waits for
-//! the WebSocket tasks as long as one task's goodbye may take
+//! the WebSocket tasks and the relay's writes they started (the byte counters
+//! of every released session, issue 16) as long as one task's goodbye may take
 //! (`gateway.write_timeout` for the close frame plus [`CLOSE_ANSWER_WAIT`] for
 //! the answer), then for the tail task, and closes the database last.
 //!

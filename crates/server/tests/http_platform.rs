@@ -48,7 +48,12 @@ async fn cluster_mode_multi_is_refused_at_start() {
 /// the operator acknowledges it with `server.tls_off_beyond_loopback`.
 #[tokio::test]
 async fn plain_http_beyond_loopback_is_refused_at_start() {
-    for listen in ["0.0.0.0:8443", "[::]:0", "192.0.2.7:80", "[2001:db8::1]:8080"] {
+    for listen in [
+        "0.0.0.0:8443",
+        "[::]:0",
+        "192.0.2.7:80",
+        "[2001:db8::1]:8080",
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let yaml = format!(
             "server: {{data_dir: '{}', tls: off, listen: '{listen}'}}\n\

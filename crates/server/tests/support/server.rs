@@ -197,9 +197,7 @@ fn with_quiet_sweep(extra_yaml: &str) -> String {
 
 /// A reqwest client whose only trust anchor is the CA in `ca_file`.
 pub fn client_trusting(ca_file: &std::path::Path) -> reqwest::Client {
-    client_builder_trusting(ca_file)
-        .build()
-        .expect("client")
+    client_builder_trusting(ca_file).build().expect("client")
 }
 
 /// [`client_trusting`] as a builder, for more options (a local address).
