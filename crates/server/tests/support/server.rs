@@ -130,6 +130,16 @@ impl TestServer {
         }
     }
 
+    /// A client like [`TestServer::client`] whose connections come from
+    /// `address` (another loopback address such as 127.0.0.2: another client
+    /// address for the server's per-address limits).
+    pub fn client_from(&self, address: std::net::IpAddr) -> reqwest::Client {
+        client_builder_trusting(&self.ca_file)
+            .local_address(address)
+            .build()
+            .expect("client")
+    }
+
     /// The database (alive as long as the server).
     pub fn db(&self) -> &TestDb {
         self.db.as_ref().expect("present until stop")
