@@ -49,7 +49,7 @@ use tokio_tungstenite::{WebSocketStream, client_async};
 use uuid::Uuid;
 
 /// The password of the benchmark's person.
-const PASSWORD: &str = "correct horse battery staple";
+pub const PASSWORD: &str = "correct horse battery staple";
 
 /// The session user of the benchmark's person on its host.
 const OS_USER: &str = "bench";
@@ -126,7 +126,13 @@ impl BenchServer {
         format!("https://localhost:{}{path}", self.port)
     }
 
-    async fn post(&self, path: &str, token: Option<&str>, body: Value) -> anyhow::Result<Value> {
+    /// `POST path` with a JSON body; an error unless the answer is a success.
+    pub async fn post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: Value,
+    ) -> anyhow::Result<Value> {
         let mut request = self.client.post(self.url(path)).json(&body);
         if let Some(token) = token {
             request = request.bearer_auth(token);
@@ -205,7 +211,7 @@ impl Drop for BenchServer {
 }
 
 /// A reqwest client whose only trust anchor is the CA in `ca_file`.
-fn https_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
+pub fn https_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
     let config = tls_client_config(&roots(ca_file)?)?;
     Ok(reqwest::Client::builder()
         .tls_backend_preconfigured((*config).clone())

@@ -746,6 +746,43 @@ async fn failed_logins_are_rate_limited(engine: Engine) {
     server.stop().await;
 }
 
+/// Issue 15 (item 7, D-355): logins at once all get their own answer from the
+/// hashing threads: 401 for a wrong password and for an unknown username
+/// (the dummy hash), 200 for the right one.
+async fn concurrent_logins_get_their_answers(engine: Engine) {
+    let server = TestServer::start_with(
+        engine,
+        "rl:\n  public_auth: {burst: 1000, refill_per_minute: 1000}\n",
+    )
+    .await;
+    let alice = owner(&server, "alice").await;
+    let right = alice.login_body(&server, 1);
+    let mut requests = Vec::new();
+    for n in 0..40 {
+        let mut body = right.clone();
+        match n % 4 {
+            0 => body["username"] = json!(format!("nobody{n}")),
+            _ => body["password"] = json!(format!("not the password {n}")),
+        }
+        requests.push((body, 401));
+    }
+    requests.insert(17, (right, 200));
+    let answers = futures_util::future::join_all(requests.into_iter().map(|(body, want)| {
+        let server = &server;
+        async move {
+            let reply = post(server, "/api/v1/auth/login", None, body).await;
+            (reply.status.as_u16(), want)
+        }
+    }))
+    .await;
+    for (got, want) in answers {
+        assert_eq!(got, want);
+    }
+    assert_eq!(audit_of(&server, "auth.login", "deny").await.len(), 40);
+    assert_eq!(audit_of(&server, "auth.login", "allow").await.len(), 1);
+    server.stop().await;
+}
+
 /// Issue 15 (item 8, D-353): failed step-ups count per person and per client
 /// address, apart from the failed logins of `rl.public_auth`. The clock
 /// stands still, so no bucket refills; each person has the three codes of the
@@ -1369,6 +1406,7 @@ both_engines!(
     agents_and_apps_authenticate_but_are_not_persons,
     failed_logins_are_rate_limited,
     step_up_failures_count_per_person_and_per_address,
+    concurrent_logins_get_their_answers,
     a_restart_keeps_persons_sessions_and_tokens,
     enrollment_refuses_bad_codes_and_passwords,
     admin_reset_and_disable_end_sessions,
