@@ -120,6 +120,7 @@ impl App {
             return Err(StartError::ClusterMultiNotBuilt);
         }
         check_plain_http(&config)?;
+        crate::rlimit::raise_open_files();
         let Store { db, pepper } = Store::open(&config).await?;
         let source = match &config.server.tls {
             Tls::Off => TlsSource::Off,
@@ -198,7 +199,8 @@ impl App {
             shutdown.await;
             trigger.trigger();
         };
-        let result = http::serve(listener, tls, router, stopping).await;
+        let limits = http::serve::ConnectionLimits::from(&state.config().server);
+        let result = http::serve(listener, tls, router, limits, stopping).await;
         // Also when serving failed before the shutdown future completed.
         trigger.trigger();
         let goodbye = state.config().gateway.write_timeout + CLOSE_ANSWER_WAIT;

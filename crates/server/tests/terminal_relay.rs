@@ -999,6 +999,66 @@ async fn shutdown_closes_both_with_4013(engine: Engine) {
     let _ = stopping.await;
 }
 
+/// Issue 15 (item 5, D-350): the HTTP header and idle timeouts end HTTP
+/// connections only. The WebSockets of a paired relay session (device
+/// stream, host data connection), the host's control connection and the
+/// events stream, idle longer than both timeouts, stay open and work: an
+/// upgrade leaves hyper's connection and its watchdog. The wait is for an
+/// event: a plain keep-alive connection opened after them is closed by its
+/// idle timeout first.
+async fn websockets_outlive_the_http_timeouts(engine: Engine) {
+    let f = fixture_with(
+        engine,
+        "server:\n  header_read_timeout: 700ms\n  idle_timeout: 700ms\n",
+    )
+    .await;
+    // The control connection first: its login ends what it does not name.
+    let mut control = f.control().await;
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    let mut events = ws::open(&f.server, "/api/v1/events", f.owner.token()).await;
+    assert_eq!(ws::next_json(&mut events).await["op"], "ready");
+
+    let started = std::time::Instant::now();
+    let mut idle = ws::raw_tls(&f.server, [127, 0, 0, 1].into(), &["http/1.1"])
+        .await
+        .expect("TLS");
+    tokio::time::timeout(WAIT, async {
+        let mut buf = [0u8; 64];
+        while !matches!(
+            tokio::io::AsyncReadExt::read(&mut idle, &mut buf).await,
+            Ok(0) | Err(_)
+        ) {}
+    })
+    .await
+    .expect("the plain connection is closed by its timeout");
+    assert!(started.elapsed() >= Duration::from_millis(700));
+
+    d.send(Message::binary(vec![5u8; 10])).await.expect("send");
+    assert_eq!(next_binary(&mut h).await, vec![5u8; 10]);
+    h.send(Message::binary(vec![6u8; 20])).await.expect("send");
+    assert_eq!(next_binary(&mut d).await, vec![6u8; 20]);
+    let relay = f.server.state.relay().sides(id);
+    assert!(relay.device && relay.host, "both sides still joined");
+    control.heartbeat().await;
+    events
+        .send(Message::Ping(b"still there".to_vec().into()))
+        .await
+        .expect("ping");
+    let pong = tokio::time::timeout(WAIT, async {
+        loop {
+            match futures_util::StreamExt::next(&mut events).await {
+                Some(Ok(Message::Pong(payload))) => return payload,
+                Some(Ok(Message::Text(_) | Message::Ping(_))) => {}
+                other => panic!("the events stream ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a pong in time");
+    assert_eq!(&pong[..], b"still there");
+}
+
 /// Issue 16 (item 14): at shutdown the relay writes the pending byte
 /// counters of its sessions before the database pool closes; nothing is lost
 /// and nothing logs that the pool was closed. The device left before (the
@@ -1317,6 +1377,7 @@ both_engines!(
     detach_expiry_end,
     bytes_written_once_per_idle_grace,
     shutdown_closes_both_with_4013,
+    websockets_outlive_the_http_timeouts,
     shutdown_writes_the_counters_before_the_pool_closes,
     refusal_through_session_ended_reaches_the_device_with_its_code,
     session_started_with_the_device_present_is_active,

@@ -28,7 +28,7 @@
 //! | `server.data_dir` | `/var/lib/bothy-server` | DESIGN §3 |
 //! | `server.tls` | `auto` | DESIGN §3; `auto`, `off` or `{cert_file, key_file}` |
 //! | `server.tls_off_beyond_loopback` | `false` | D-354; `true` lets `tls: off` listen beyond a loopback address |
-//! | `server.header_read_timeout` | 30s | D-350; the first request's head, from the connection's start |
+//! | `server.header_read_timeout` | 30s | D-350; the first request's head, from the accept (TLS handshake included) |
 //! | `server.idle_timeout` | 75s | D-350; a connection without a request, or a request without traffic |
 //! | `server.max_connections_per_address` | 128 | D-351; HTTP connections (not upgraded WebSockets) per client address; 1..=1000000 |
 //! | `database.url` | absent: `sqlite://<data_dir>/bothy.sqlite` | DESIGN §3; `sqlite://`, `postgres://`, `postgresql://` |
@@ -158,7 +158,7 @@ pub struct ServerConfig {
     /// it the server refuses to start so.
     pub tls_off_beyond_loopback: bool,
     /// `server.header_read_timeout`: the first request's head must arrive
-    /// within this time of the connection's start (after the TLS handshake).
+    /// within this time of the accept (the TLS handshake included).
     pub header_read_timeout: Duration,
     /// `server.idle_timeout`: an HTTP connection without a request in flight
     /// (keep-alive, HTTP/2 without a stream), or whose request moves no byte,

@@ -5,7 +5,8 @@
 //! there is no way to skip verification, in tests either. Dropping the value
 //! shuts the server down; [`TestServer::stop`] waits for it.
 //! [`TestServer::start_with`] adds configuration (YAML sections other than
-//! `server` and `database`, e.g. a tiny `sync.outbound_queue_max`).
+//! `database`, e.g. a tiny `sync.outbound_queue_max`; the members of a
+//! `server:` section join the test server's own).
 //!
 //! The job terminal.sweep runs its passes on the server's clock
 //! (docs/decisions.md D-88). Unless a test sets `terminal.sweep_interval`
@@ -59,7 +60,7 @@ impl TestServer {
     }
 
     /// Starts a server on a fresh database of `engine`, with `extra_yaml`
-    /// (whole top-level sections other than `server` and `database`) added to
+    /// (whole top-level sections other than `database`; a `server:` section adds its members to the test server's own) added to
     /// its configuration.
     pub async fn start_with(engine: Engine, extra_yaml: &str) -> TestServer {
         let db = TestDb::fresh(engine).await;
@@ -97,9 +98,10 @@ impl TestServer {
         extra_yaml: &str,
         start_ms: i64,
     ) -> TestServer {
-        let extra_yaml = with_quiet_sweep(extra_yaml);
+        let (server_keys, extra_yaml) = split_server_section(extra_yaml);
+        let extra_yaml = with_quiet_sweep(&extra_yaml);
         let yaml = format!(
-            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\ndatabase:\n  url: \"{}\"\n{extra_yaml}",
+            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\n{server_keys}database:\n  url: \"{}\"\n{extra_yaml}",
             data_dir.path().display(),
             db.url()
         );
@@ -178,6 +180,33 @@ impl Drop for TestServer {
             let _ = shutdown.send(());
         }
     }
+}
+
+/// The member lines of a top-level `server:` section of `extra_yaml` (keys
+/// such as `server.idle_timeout`, added to the test server's own), and the
+/// rest of `extra_yaml`.
+fn split_server_section(extra_yaml: &str) -> (String, String) {
+    let mut server = String::new();
+    let mut rest = String::new();
+    let mut inside = false;
+    for line in extra_yaml.split_inclusive('\n') {
+        if line.trim_end() == "server:" {
+            inside = true;
+            continue;
+        }
+        if inside && !line.starts_with(' ') {
+            inside = false;
+        }
+        if inside {
+            server.push_str(line);
+            if !line.ends_with('\n') {
+                server.push('\n');
+            }
+        } else {
+            rest.push_str(line);
+        }
+    }
+    (server, rest)
 }
 
 /// `extra_yaml` with `terminal.sweep_interval: 365d` unless it names the key.
