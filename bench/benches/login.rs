@@ -31,6 +31,9 @@ const PAUSE: Duration = Duration::from_secs(10);
 const CLIENTS_ENV: &str = "BOTHY_BENCH_LOGIN_CLIENTS";
 /// The server's configuration: `rl.public_auth` far above the logins of a run.
 const CONFIG: &str = "rl:\n  public_auth:\n    burst: 1000000\n    refill_per_minute: 1000000\n";
+/// The logins come from one address over HTTP/1.1, one connection each: the
+/// cap of connections per address (default 128) is raised for them.
+const SERVER_KEYS: &str = "  max_connections_per_address: 1000\n";
 
 fn main() -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -43,7 +46,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run() -> anyhow::Result<()> {
-    let server = BenchServer::start(CONFIG).await?;
+    let server = BenchServer::start_with_server_keys(SERVER_KEYS, CONFIG).await?;
     enroll(&server).await?;
     let before = rss_kib()?;
 

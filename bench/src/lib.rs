@@ -90,9 +90,18 @@ impl BenchServer {
     /// Starts the server with `extra_yaml` (whole top-level sections other
     /// than `server`) added to its configuration.
     pub async fn start(extra_yaml: &str) -> anyhow::Result<BenchServer> {
+        BenchServer::start_with_server_keys("", extra_yaml).await
+    }
+
+    /// [`BenchServer::start`] with `server_keys` (indented member lines such
+    /// as `"  max_connections_per_address: 1000\n"`) added to `server`.
+    pub async fn start_with_server_keys(
+        server_keys: &str,
+        extra_yaml: &str,
+    ) -> anyhow::Result<BenchServer> {
         let data_dir = tempfile::tempdir().context("temporary data directory")?;
         let yaml = format!(
-            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\n{extra_yaml}",
+            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\n{server_keys}{extra_yaml}",
             data_dir.path().display()
         );
         let config = Config::from_yaml_str(&yaml).map_err(|e| anyhow!("configuration: {e}"))?;
