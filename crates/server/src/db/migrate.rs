@@ -60,6 +60,11 @@ const SQLITE: &[MigrationFile] = &[
         description: "terminal sessions",
         sql: include_str!("../../migrations/sqlite/0006_terminal_sessions.sql"),
     },
+    MigrationFile {
+        version: 7,
+        description: "readiness",
+        sql: include_str!("../../migrations/sqlite/0007_readiness.sql"),
+    },
 ];
 
 const POSTGRES: &[MigrationFile] = &[
@@ -92,6 +97,11 @@ const POSTGRES: &[MigrationFile] = &[
         version: 6,
         description: "terminal sessions",
         sql: include_str!("../../migrations/postgres/0006_terminal_sessions.sql"),
+    },
+    MigrationFile {
+        version: 7,
+        description: "readiness",
+        sql: include_str!("../../migrations/postgres/0007_readiness.sql"),
     },
 ];
 
