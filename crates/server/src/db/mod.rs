@@ -562,8 +562,11 @@ impl Db {
     /// The write probe of `/readyz`: the one row of `readiness` updated in a
     /// unit of work, within [`PROBE_TIMEOUT`]. Answers from the last second
     /// come from memory, so a flood of readiness checks writes once a second
-    /// at most; probes run one at a time.
+    /// at most; probes run one at a time. A closed pool is never ready.
     pub async fn probe_write(&self, now_ms: UnixMillis) -> Result<(), DbError> {
+        if self.inner.pool.is_closed() {
+            return Err(DbError::Closed);
+        }
         let mut last = self.inner.probe.lock().await;
         if let Some((at, ready)) = *last {
             if at.elapsed() < PROBE_CACHE {
