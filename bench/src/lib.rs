@@ -49,7 +49,7 @@ use tokio_tungstenite::{WebSocketStream, client_async};
 use uuid::Uuid;
 
 /// The password of the benchmark's person.
-const PASSWORD: &str = "correct horse battery staple";
+pub const PASSWORD: &str = "correct horse battery staple";
 
 /// The session user of the benchmark's person on its host.
 const OS_USER: &str = "bench";
@@ -90,9 +90,18 @@ impl BenchServer {
     /// Starts the server with `extra_yaml` (whole top-level sections other
     /// than `server`) added to its configuration.
     pub async fn start(extra_yaml: &str) -> anyhow::Result<BenchServer> {
+        BenchServer::start_with_server_keys("", extra_yaml).await
+    }
+
+    /// [`BenchServer::start`] with `server_keys` (indented member lines such
+    /// as `"  max_connections_per_address: 1000\n"`) added to `server`.
+    pub async fn start_with_server_keys(
+        server_keys: &str,
+        extra_yaml: &str,
+    ) -> anyhow::Result<BenchServer> {
         let data_dir = tempfile::tempdir().context("temporary data directory")?;
         let yaml = format!(
-            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\n{extra_yaml}",
+            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\n{server_keys}{extra_yaml}",
             data_dir.path().display()
         );
         let config = Config::from_yaml_str(&yaml).map_err(|e| anyhow!("configuration: {e}"))?;
@@ -126,7 +135,13 @@ impl BenchServer {
         format!("https://localhost:{}{path}", self.port)
     }
 
-    async fn post(&self, path: &str, token: Option<&str>, body: Value) -> anyhow::Result<Value> {
+    /// `POST path` with a JSON body; an error unless the answer is a success.
+    pub async fn post(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        body: Value,
+    ) -> anyhow::Result<Value> {
         let mut request = self.client.post(self.url(path)).json(&body);
         if let Some(token) = token {
             request = request.bearer_auth(token);
@@ -205,7 +220,7 @@ impl Drop for BenchServer {
 }
 
 /// A reqwest client whose only trust anchor is the CA in `ca_file`.
-fn https_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
+pub fn https_client(ca_file: &Path) -> anyhow::Result<reqwest::Client> {
     let config = tls_client_config(&roots(ca_file)?)?;
     Ok(reqwest::Client::builder()
         .tls_backend_preconfigured((*config).clone())

@@ -9,7 +9,8 @@
 //! [`Shutdown`]: the accept loop stops and drains the HTTP connections, every
 //! WebSocket task closes its socket with 4013 `server_shutdown`, and the log tail
 //! (started in [`App::open`] on the same signal) stops. `serve` then waits for
-//! the WebSocket tasks as long as one task's goodbye may take
+//! the WebSocket tasks and the relay's writes they started (the byte counters
+//! of every released session, issue 16) as long as one task's goodbye may take
 //! (`gateway.write_timeout` for the close frame plus [`CLOSE_ANSWER_WAIT`] for
 //! the answer), then for the tail task, and closes the database last.
 //!
@@ -77,6 +78,20 @@ pub enum StartError {
          cluster.mode: single (PostgreSQL works with one node too)"
     )]
     ClusterMultiNotBuilt,
+    /// `server.tls: off` on an address other than loopback, without the
+    /// operator's acknowledgement (docs/decisions.md D-354).
+    #[error(
+        "config_invalid: server.tls is off while server.listen ({listen}) is not a loopback \
+         address: access tokens, session cookies and passwords would cross the network in \
+         clear. Listen on 127.0.0.1 or [::1] behind a TLS-terminating proxy on the same \
+         machine, use server.tls: auto or certificate files, or set \
+         server.tls_off_beyond_loopback: true if the network path to the proxy is protected \
+         otherwise"
+    )]
+    TlsOffBeyondLoopback {
+        /// The configured `server.listen`.
+        listen: std::net::SocketAddr,
+    },
 }
 
 /// A server ready to serve: database open and migrated, TLS loaded, the log
@@ -104,6 +119,8 @@ impl App {
         if config.cluster.mode == ClusterMode::Multi {
             return Err(StartError::ClusterMultiNotBuilt);
         }
+        check_plain_http(&config)?;
+        crate::rlimit::raise_open_files();
         let Store { db, pepper } = Store::open(&config).await?;
         let source = match &config.server.tls {
             Tls::Off => TlsSource::Off,
@@ -182,7 +199,8 @@ impl App {
             shutdown.await;
             trigger.trigger();
         };
-        let result = http::serve(listener, tls, router, stopping).await;
+        let limits = http::serve::ConnectionLimits::from(&state.config().server);
+        let result = http::serve(listener, tls, router, limits, stopping).await;
         // Also when serving failed before the shutdown future completed.
         trigger.trigger();
         let goodbye = state.config().gateway.write_timeout + CLOSE_ANSWER_WAIT;
@@ -227,6 +245,26 @@ impl Store {
         db.migrate().await?;
         Ok(Store { db, pepper })
     }
+}
+
+/// `server.tls: off` serves plain HTTP for a proxy that terminates TLS; on a
+/// loopback address only that proxy on the same machine reaches it. Beyond
+/// loopback the operator must say so (D-354).
+fn check_plain_http(config: &Config) -> Result<(), StartError> {
+    let listen = config.server.listen;
+    if config.server.tls != Tls::Off || listen.ip().to_canonical().is_loopback() {
+        return Ok(());
+    }
+    if !config.server.tls_off_beyond_loopback {
+        return Err(StartError::TlsOffBeyondLoopback { listen });
+    }
+    tracing::warn!(
+        %listen,
+        "server.tls is off on an address beyond loopback (acknowledged by \
+         server.tls_off_beyond_loopback): tokens and cookies cross the network in clear \
+         unless the path to the TLS-terminating proxy is protected"
+    );
+    Ok(())
 }
 
 fn ensure_private_dir(path: &Path) -> Result<(), StartError> {

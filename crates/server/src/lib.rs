@@ -27,6 +27,7 @@
 //!   and gauges whose labels are codes only, never IDs or names (10.4).
 //! - [`pepper`]: the server pepper, the key of every stored token and code HMAC.
 //! - [`ratelimit`]: token buckets per key on the injected clock (`rl.*`).
+//! - [`rlimit`]: the soft limit of open files raised to the hard one at start.
 //! - [`shutdown`]: the shutdown broadcast that WebSocket tasks select on (4013)
 //!   and that the server drains before it stops.
 //! - [`hosts`]: hosts, their state machine, pairing, confirmation, re-pairing,
@@ -52,6 +53,7 @@ pub mod metrics;
 pub mod pepper;
 pub mod permissions;
 pub mod ratelimit;
+pub mod rlimit;
 pub mod shutdown;
 pub mod terminal;
 pub mod tls;

@@ -111,6 +111,12 @@ impl ShutdownListener {
         self.signal.clone()
     }
 
+    /// How many tracked tasks are running now (for tests of the order of
+    /// the shutdown).
+    pub fn tracked(&self) -> usize {
+        *self.tasks.borrow()
+    }
+
     /// Registers a task the server waits for at shutdown. Take it before the
     /// task is announced to its peer (before the WebSocket's `101`), so a
     /// shutdown that starts in between still waits for it.

@@ -746,6 +746,153 @@ async fn failed_logins_are_rate_limited(engine: Engine) {
     server.stop().await;
 }
 
+/// Issue 15 (item 7, D-355): logins at once all get their own answer from the
+/// hashing threads: 401 for a wrong password and for an unknown username
+/// (the dummy hash), 200 for the right one.
+async fn concurrent_logins_get_their_answers(engine: Engine) {
+    let server = TestServer::start_with(
+        engine,
+        "rl:\n  public_auth: {burst: 1000, refill_per_minute: 1000}\n",
+    )
+    .await;
+    let alice = owner(&server, "alice").await;
+    let right = alice.login_body(&server, 1);
+    let mut requests = Vec::new();
+    for n in 0..40 {
+        let mut body = right.clone();
+        match n % 4 {
+            0 => body["username"] = json!(format!("nobody{n}")),
+            _ => body["password"] = json!(format!("not the password {n}")),
+        }
+        requests.push((body, 401));
+    }
+    requests.insert(17, (right, 200));
+    let answers = futures_util::future::join_all(requests.into_iter().map(|(body, want)| {
+        let server = &server;
+        async move {
+            let reply = post(server, "/api/v1/auth/login", None, body).await;
+            (reply.status.as_u16(), want)
+        }
+    }))
+    .await;
+    for (got, want) in answers {
+        assert_eq!(got, want);
+    }
+    assert_eq!(audit_of(&server, "auth.login", "deny").await.len(), 40);
+    assert_eq!(audit_of(&server, "auth.login", "allow").await.len(), 1);
+    server.stop().await;
+}
+
+/// Issue 15 (item 8, D-353): failed step-ups count per person and per client
+/// address, apart from the failed logins of `rl.public_auth`. The clock
+/// stands still, so no bucket refills; each person has the three codes of the
+/// accepted steps (skew 1) for step-ups that succeed.
+async fn step_up_failures_count_per_person_and_per_address(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let alice = owner(&server, "alice").await;
+    let alice_session = alice.login(&server, 1).await;
+    let mut others = Vec::new();
+    for (seed, name) in ["bob", "carol", "dave", "erin", "frank", "grace"]
+        .into_iter()
+        .enumerate()
+    {
+        let person = invite(&server, &alice_session.token, name, "member").await;
+        let session = person.login(&server, 2 + u8::try_from(seed).unwrap()).await;
+        others.push((person, session));
+    }
+    let from = |last: u8| server.client_from(std::net::IpAddr::from([127, 0, 0, last]));
+    let (a, b, c, d, e) = (from(2), from(3), from(4), from(5), from(6));
+    let now_s = u64::try_from(server.clock.now_ms() / 1000).unwrap();
+    let codes = |person: &Enrolled| -> Vec<String> {
+        [now_s - 30, now_s, now_s + 30]
+            .into_iter()
+            .map(|t| person.totp.generate(t))
+            .collect()
+    };
+    let wrong = |person: &Enrolled| -> String {
+        let valid = codes(person);
+        (0..10u32)
+            .map(|digit| digit.to_string().repeat(6))
+            .find(|candidate| !valid.contains(candidate))
+            .unwrap()
+    };
+    let step_up_by = async |client: &reqwest::Client, token: &str, code: &str| {
+        post_by(
+            client,
+            &server,
+            "/api/v1/auth/step-up",
+            Some(token),
+            json!({"method": "totp", "code": code}),
+        )
+        .await
+    };
+    let alice_codes = codes(&alice);
+    let alice_wrong = wrong(&alice);
+
+    // Failed logins from address A (a stranger behind the same NAT) empty
+    // A's rl.public_auth bucket; alice, logged in, still steps up from A.
+    for _ in 0..10 {
+        let body = json!({"username": "alice", "password": "wrong wrong wrong",
+            "totp": "000000", "device_public_key": device_key(99), "device_name": "x"});
+        let reply = post_by(&a, &server, "/api/v1/auth/login", None, body).await;
+        assert_eq!(reply.status, 401, "{:?}", reply.body);
+    }
+    let body = json!({"username": "alice", "password": "wrong wrong wrong",
+        "totp": "000000", "device_public_key": device_key(99), "device_name": "x"});
+    let reply = post_by(&a, &server, "/api/v1/auth/login", None, body).await;
+    assert_eq!(reply.status, 429, "A's public_auth bucket is empty");
+    let reply = step_up_by(&a, &alice_session.token, &alice_codes[0]).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+
+    // Alice's failures from A stop A (rl.step_up_address, burst 5) before
+    // they stop alice: she steps up from B.
+    for _ in 0..5 {
+        let reply = step_up_by(&a, &alice_session.token, &alice_wrong).await;
+        assert_eq!(reply.status, 401, "{:?}", reply.body);
+        assert_eq!(reply.body["reason"], "totp_invalid");
+    }
+    let reply = step_up_by(&a, &alice_session.token, &alice_codes[1]).await;
+    assert_eq!(reply.status, 429, "A is stopped, before any check");
+    assert_eq!(reply.body["code"], "rate_limited");
+    assert_eq!(reply.headers["retry-after"], "12");
+    let reply = step_up_by(&b, &alice_session.token, &alice_codes[1]).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+
+    // Her own failures from B as well empty her bucket (rl.step_up_person,
+    // burst 10): now she is stopped from any address, C included, while
+    // bob steps up from C.
+    for _ in 0..5 {
+        let reply = step_up_by(&b, &alice_session.token, &alice_wrong).await;
+        assert_eq!(reply.status, 401, "{:?}", reply.body);
+    }
+    let reply = step_up_by(&c, &alice_session.token, &alice_codes[2]).await;
+    assert_eq!(reply.status, 429, "alice's own bucket is empty");
+    assert_eq!(reply.headers["retry-after"], "60");
+    let (bob, bob_session) = &others[0];
+    let reply = step_up_by(&c, &bob_session.token, &codes(bob)[0]).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+
+    // Address D fails once for each of five persons: D is stopped for the
+    // sixth person, who steps up from E.
+    for (person, session) in &others[..5] {
+        let reply = step_up_by(&d, &session.token, &wrong(person)).await;
+        assert_eq!(reply.status, 401, "{:?}", reply.body);
+    }
+    // Grace logged in last, with the code of this step: the next one is hers.
+    let (grace, grace_session) = &others[5];
+    let reply = step_up_by(&d, &grace_session.token, &codes(grace)[2]).await;
+    assert_eq!(reply.status, 429, "D failed against many persons");
+    let reply = step_up_by(&e, &grace_session.token, &codes(grace)[2]).await;
+    assert_eq!(reply.status, 200, "{:?}", reply.body);
+
+    // Every refusal of a presented code was audited; the 429s checked nothing.
+    assert_eq!(
+        audit_of(&server, "auth.step_up", "deny").await.len(),
+        5 + 5 + 5
+    );
+    server.stop().await;
+}
+
 // ---------------------------------------------------------------- restart
 
 async fn a_restart_keeps_persons_sessions_and_tokens(engine: Engine) {
@@ -1321,6 +1468,8 @@ both_engines!(
     revocations_and_logout_take_effect_at_once,
     agents_and_apps_authenticate_but_are_not_persons,
     failed_logins_are_rate_limited,
+    step_up_failures_count_per_person_and_per_address,
+    concurrent_logins_get_their_answers,
     a_restart_keeps_persons_sessions_and_tokens,
     enrollment_refuses_bad_codes_and_passwords,
     the_enrollment_code_is_checked_alone,

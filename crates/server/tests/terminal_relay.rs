@@ -1128,6 +1128,131 @@ async fn shutdown_closes_both_with_4013(engine: Engine) {
     let _ = stopping.await;
 }
 
+/// Issue 15 (item 5, D-350): the HTTP header and idle timeouts end HTTP
+/// connections only. The WebSockets of a paired relay session (device
+/// stream, host data connection), the host's control connection and the
+/// events stream, idle longer than both timeouts, stay open and work: an
+/// upgrade leaves hyper's connection and its watchdog. The wait is for an
+/// event: a plain keep-alive connection opened after them is closed by its
+/// idle timeout first.
+async fn websockets_outlive_the_http_timeouts(engine: Engine) {
+    let f = fixture_with(
+        engine,
+        "server:\n  header_read_timeout: 700ms\n  idle_timeout: 700ms\n",
+    )
+    .await;
+    // The control connection first: its login ends what it does not name.
+    let mut control = f.control().await;
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    let mut events = ws::open(&f.server, "/api/v1/events", f.owner.token()).await;
+    assert_eq!(ws::next_json(&mut events).await["op"], "ready");
+
+    let started = std::time::Instant::now();
+    let mut idle = ws::raw_tls(&f.server, [127, 0, 0, 1].into(), &["http/1.1"])
+        .await
+        .expect("TLS");
+    tokio::time::timeout(WAIT, async {
+        let mut buf = [0u8; 64];
+        while !matches!(
+            tokio::io::AsyncReadExt::read(&mut idle, &mut buf).await,
+            Ok(0) | Err(_)
+        ) {}
+    })
+    .await
+    .expect("the plain connection is closed by its timeout");
+    assert!(started.elapsed() >= Duration::from_millis(700));
+
+    d.send(Message::binary(vec![5u8; 10])).await.expect("send");
+    assert_eq!(next_binary(&mut h).await, vec![5u8; 10]);
+    h.send(Message::binary(vec![6u8; 20])).await.expect("send");
+    assert_eq!(next_binary(&mut d).await, vec![6u8; 20]);
+    let relay = f.server.state.relay().sides(id);
+    assert!(relay.device && relay.host, "both sides still joined");
+    control.heartbeat().await;
+    events
+        .send(Message::Ping(b"still there".to_vec().into()))
+        .await
+        .expect("ping");
+    let pong = tokio::time::timeout(WAIT, async {
+        loop {
+            match futures_util::StreamExt::next(&mut events).await {
+                Some(Ok(Message::Pong(payload))) => return payload,
+                Some(Ok(Message::Text(_) | Message::Ping(_))) => {}
+                other => panic!("the events stream ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a pong in time");
+    assert_eq!(&pong[..], b"still there");
+}
+
+/// Issue 16 (item 14): at shutdown the relay writes the pending byte
+/// counters of its sessions before the database pool closes; nothing is lost
+/// and nothing logs that the pool was closed. The device left before (the
+/// session is detached), so the host side's leave at shutdown releases the
+/// session and writes its counters; while that write waits for a pooled
+/// connection (the test holds all of them), the server must wait for it
+/// instead of closing the pool under it.
+async fn shutdown_writes_the_counters_before_the_pool_closes(engine: Engine) {
+    let f = fixture(engine).await;
+    let id = f.session("active").await;
+    let (mut h, mut d) = paired(&f, id).await;
+    d.send(Message::binary(vec![1u8; 100])).await.expect("send");
+    assert_eq!(next_binary(&mut h).await.len(), 100);
+    h.send(Message::binary(vec![2u8; 30])).await.expect("send");
+    assert_eq!(next_binary(&mut d).await.len(), 30);
+    d.close(None).await.expect("close");
+    wait_state(&f, id, "detached").await;
+    f.sides(id, false, true).await;
+    assert_eq!(
+        f.row(id).await.3,
+        0,
+        "pending until idle_grace or the release"
+    );
+
+    // Every pooled connection is taken: the release's write waits for one.
+    let pool = f.server.state.db().pool().clone();
+    let max = pool.options().get_max_connections();
+    let mut held = Vec::new();
+    while pool.size() < max || pool.num_idle() > 0 {
+        held.push(pool.acquire().await.expect("a pooled connection"));
+    }
+    let state = f.server.state.clone();
+    let Fixture { server, .. } = f;
+    let stopping = tokio::spawn(server.stop());
+    assert_eq!(closed(&mut h).await, (4013, "server_shutdown".into()));
+    // The server's side task dropped its shutdown guard before the socket
+    // went away.
+    while !matches!(next_frame(&mut h).await, Frame::Ended) {}
+    // Either the server closes the pool with the write still waiting (the
+    // fault), or it waits for the write, the one task still tracked.
+    tokio::time::timeout(WAIT, async {
+        while !pool.is_closed() && state.shutdown().tracked() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the pool closed or the server waits for the relay");
+    drop(held);
+    let (test_db, _data_dir) = stopping.await.expect("server stops");
+    let again = test_db.connect_again().await;
+    let row = sqlx::query("SELECT bytes_in, bytes_out FROM terminal_sessions WHERE id = $1")
+        .bind(db::id_text(&id))
+        .fetch_one(again.pool())
+        .await
+        .expect("session row");
+    let counters: (i64, i64) = (row.get("bytes_in"), row.get("bytes_out"));
+    assert_eq!(counters, (100, 30), "the counters are in the row");
+    let logs = String::from_utf8_lossy(&logs().lock().expect("log buffer")).into_owned();
+    let id_text = id.to_string();
+    for line in logs.lines().filter(|line| line.contains(&id_text)) {
+        assert!(!line.contains("the relay cannot"), "{line}");
+    }
+    again.close().await;
+}
+
 // ---- ends reported through session.ended (5.3 StreamCodeForEnd) ------------------
 
 /// 5.3, 6.1 step 7: a refusal the host service reports through
@@ -1383,6 +1508,8 @@ both_engines!(
     detach_expiry_end,
     bytes_written_once_per_idle_grace,
     shutdown_closes_both_with_4013,
+    websockets_outlive_the_http_timeouts,
+    shutdown_writes_the_counters_before_the_pool_closes,
     refusal_through_session_ended_reaches_the_device_with_its_code,
     session_started_with_the_device_present_is_active,
     disabling_the_host_closes_a_live_relay,

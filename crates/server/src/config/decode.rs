@@ -66,6 +66,17 @@ fn server(s: &Section<'_>) -> Result<ServerConfig, ConfigError> {
             None => d.tls,
             Some(member) => tls(member)?,
         },
+        tls_off_beyond_loopback: s
+            .boolean("tls_off_beyond_loopback")?
+            .unwrap_or(d.tls_off_beyond_loopback),
+        header_read_timeout: s.duration("header_read_timeout", d.header_read_timeout, POSITIVE)?,
+        idle_timeout: s.duration("idle_timeout", d.idle_timeout, POSITIVE)?,
+        max_connections_per_address: s.count(
+            "max_connections_per_address",
+            d.max_connections_per_address,
+            1,
+            1_000_000,
+        )?,
     })
 }
 
@@ -292,6 +303,8 @@ fn rate_limits(s: &Section<'_>) -> Result<RateLimitsConfig, ConfigError> {
         public_auth: one("public_auth", d.public_auth)?,
         terminal: one("terminal", d.terminal)?,
         host: one("host", d.host)?,
+        step_up_person: one("step_up_person", d.step_up_person)?,
+        step_up_address: one("step_up_address", d.step_up_address)?,
     })
 }
 

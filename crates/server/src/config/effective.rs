@@ -34,6 +34,13 @@ pub(crate) fn to_redacted_yaml(c: &Config) -> String {
             w.end_nested();
         }
     }
+    w.boolean("tls_off_beyond_loopback", c.server.tls_off_beyond_loopback);
+    w.duration("header_read_timeout", c.server.header_read_timeout);
+    w.duration("idle_timeout", c.server.idle_timeout);
+    w.uint(
+        "max_connections_per_address",
+        c.server.max_connections_per_address,
+    );
 
     w.section("database");
     match &c.database.url {
@@ -122,6 +129,8 @@ pub(crate) fn to_redacted_yaml(c: &Config) -> String {
         ("public_auth", c.rl.public_auth),
         ("terminal", c.rl.terminal),
         ("host", c.rl.host),
+        ("step_up_person", c.rl.step_up_person),
+        ("step_up_address", c.rl.step_up_address),
     ] {
         w.rate_limit(name, limit);
     }
@@ -180,6 +189,10 @@ impl Writer {
 
     fn path(&mut self, name: &str, value: &Path) {
         self.string(name, &value.to_string_lossy());
+    }
+
+    fn boolean(&mut self, name: &str, value: bool) {
+        self.member(name, if value { "true" } else { "false" });
     }
 
     /// An integer (`u32`, `usize`).

@@ -27,6 +27,10 @@
 //! | `server.public_url` | `https://localhost:8443` | DESIGN §3, 2.3; http(s), no user, path, query |
 //! | `server.data_dir` | `/var/lib/bothy-server` | DESIGN §3 |
 //! | `server.tls` | `auto` | DESIGN §3; `auto`, `off` or `{cert_file, key_file}` |
+//! | `server.tls_off_beyond_loopback` | `false` | D-354; `true` lets `tls: off` listen beyond a loopback address |
+//! | `server.header_read_timeout` | 30s | D-350; the first request's head, from the accept (TLS handshake included) |
+//! | `server.idle_timeout` | 75s | D-350; a connection without a request, or a request without traffic |
+//! | `server.max_connections_per_address` | 128 | D-351; HTTP connections (not upgraded WebSockets) per client address; 1..=1000000 |
 //! | `database.url` | absent: `sqlite://<data_dir>/bothy.sqlite` | DESIGN §3; `sqlite://`, `postgres://`, `postgresql://` |
 //! | `database.tx_retry_max` | 3 | 6.3; 0..=100 |
 //! | `database.listen_reconnect_backoff_cap` | 30s | 9 |
@@ -76,6 +80,8 @@
 //! | `rl.public_auth` | burst 10, refill 10/min | 3.2, 6.3 (per client address) |
 //! | `rl.terminal` | burst 20, refill 20/min | 6.3 (per person) |
 //! | `rl.host` | burst 60, refill 60/min | 6.3 (per host) |
+//! | `rl.step_up_person` | burst 10, refill 1/min | D-353 (failed step-ups per person) |
+//! | `rl.step_up_address` | burst 5, refill 5/min | D-353 (failed step-ups per client address) |
 //!
 //! Each `rl.*` is a mapping `{burst, refill_per_minute}`, both 1..=1000000.
 //!
@@ -149,6 +155,22 @@ pub struct ServerConfig {
     pub data_dir: PathBuf,
     /// `server.tls`
     pub tls: Tls,
+    /// `server.tls_off_beyond_loopback`: the operator's acknowledgement that
+    /// `tls: off` listens on an address other than loopback (D-354); without
+    /// it the server refuses to start so.
+    pub tls_off_beyond_loopback: bool,
+    /// `server.header_read_timeout`: the first request's head must arrive
+    /// within this time of the accept (the TLS handshake included).
+    pub header_read_timeout: Duration,
+    /// `server.idle_timeout`: an HTTP connection without a request in flight
+    /// (keep-alive, HTTP/2 without a stream), or whose request moves no byte,
+    /// is closed after this time. Upgraded WebSockets are no HTTP
+    /// connections any more and keep their own rules.
+    pub idle_timeout: Duration,
+    /// `server.max_connections_per_address`: HTTP connections (from accept to
+    /// the end, or to a WebSocket upgrade) of one client address; more are
+    /// closed at accept.
+    pub max_connections_per_address: usize,
 }
 
 impl Default for ServerConfig {
@@ -158,6 +180,10 @@ impl Default for ServerConfig {
             public_url: PublicUrl::default(),
             data_dir: PathBuf::from("/var/lib/bothy-server"),
             tls: Tls::Auto,
+            tls_off_beyond_loopback: false,
+            header_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(75),
+            max_connections_per_address: 128,
         }
     }
 }
@@ -414,6 +440,11 @@ pub struct RateLimitsConfig {
     pub terminal: RateLimit,
     /// `rl.host`: per host, for control and data connections (6.3).
     pub host: RateLimit,
+    /// `rl.step_up_person`: per person, failed step-ups from any address (D-353).
+    pub step_up_person: RateLimit,
+    /// `rl.step_up_address`: per client address, failed step-ups of any
+    /// person (D-353).
+    pub step_up_address: RateLimit,
 }
 
 impl Default for RateLimitsConfig {
@@ -430,6 +461,14 @@ impl Default for RateLimitsConfig {
             host: RateLimit {
                 burst: 60,
                 refill_per_minute: 60,
+            },
+            step_up_person: RateLimit {
+                burst: 10,
+                refill_per_minute: 1,
+            },
+            step_up_address: RateLimit {
+                burst: 5,
+                refill_per_minute: 5,
             },
         }
     }

@@ -61,6 +61,10 @@ pub(crate) const SERVER: &[Key] = &[
         name: "tls",
         shape: Shape::ScalarOrMapping(TLS_FILES),
     },
+    scalar("tls_off_beyond_loopback"),
+    scalar("header_read_timeout"),
+    scalar("idle_timeout"),
+    scalar("max_connections_per_address"),
 ];
 
 pub(crate) const TLS_FILES: &[Key] = &[scalar("cert_file"), scalar("key_file")];
@@ -127,6 +131,8 @@ pub(crate) const RL: &[Key] = &[
     mapping("public_auth", RATE_LIMIT),
     mapping("terminal", RATE_LIMIT),
     mapping("host", RATE_LIMIT),
+    mapping("step_up_person", RATE_LIMIT),
+    mapping("step_up_address", RATE_LIMIT),
 ];
 
 pub(crate) const RATE_LIMIT: &[Key] = &[scalar("burst"), scalar("refill_per_minute")];

@@ -65,6 +65,11 @@ const SQLITE: &[MigrationFile] = &[
         description: "grant expiry",
         sql: include_str!("../../migrations/sqlite/0007_grant_expiry.sql"),
     },
+    MigrationFile {
+        version: 8,
+        description: "readiness",
+        sql: include_str!("../../migrations/sqlite/0008_readiness.sql"),
+    },
 ];
 
 const POSTGRES: &[MigrationFile] = &[
@@ -102,6 +107,11 @@ const POSTGRES: &[MigrationFile] = &[
         version: 7,
         description: "grant expiry",
         sql: include_str!("../../migrations/postgres/0007_grant_expiry.sql"),
+    },
+    MigrationFile {
+        version: 8,
+        description: "readiness",
+        sql: include_str!("../../migrations/postgres/0008_readiness.sql"),
     },
 ];
 

@@ -24,16 +24,39 @@
 //! gate does not replace `BEGIN IMMEDIATE`, which still serialises against other
 //! processes on the same file (`bothy-server admin ...` while `serve` runs).
 //!
+//! # A database that cannot write (docs/decisions.md D-352)
+//! Errors that say the database cannot take the work now — SQLite read-only,
+//! full, I/O error or unable to open; PostgreSQL `read_only_sql_transaction`
+//! (25006), insufficient resources (53), operator intervention (57P) and
+//! connection exceptions (08); a lost connection — are
+//! [`DbError::Unavailable`], which the API answers with `503 unavailable`,
+//! never 500. A connection that opened while the database could not write
+//! keeps that state for its life (SQLite opens the file read-only when it
+//! cannot open it for writing; a PostgreSQL session takes
+//! `default_transaction_read_only` or recovery at its start), so the pool
+//! retires such connections: every connection opened before the moment of
+//! [`Retirement::retire_now`] is closed at its next release or acquire.
+//! Retired are all connections when a unit of work cannot begin for such a
+//! reason (and the begin is tried once more on a fresh connection; on SQLite
+//! the begin includes a write that changes no row, because `BEGIN IMMEDIATE`
+//! itself succeeds on a read-only connection), and a PostgreSQL session
+//! found read-only at its start, after its first use. So
+//! once the database writes again, every write does, without a restart.
+//! [`Db::probe_write`] is the write probe of `/readyz`. Error messages carry
+//! the driver's cause ([`cause`]) without values or the URL.
+//!
 //! # Layout
 //! - `migrate`: the embedded migrations and their runner.
 //! - `uow`: [`UnitOfWork`].
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use sqlx::any::{AnyPoolOptions, AnyRow};
 use sqlx::error::DatabaseError;
+use sqlx::pool::PoolConnectionMetadata;
 use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row};
 use tokio::sync::{Semaphore, broadcast, watch};
 use uuid::Uuid;
@@ -100,7 +123,7 @@ pub enum DbError {
     #[error("database URL must start with sqlite://, postgres:// or postgresql://")]
     UnsupportedUrl,
     /// Connecting (or setting up a new connection) failed.
-    #[error("cannot connect to the {engine} database")]
+    #[error("cannot connect to the {engine} database: {}", cause(source))]
     Connect {
         /// The engine of the URL.
         engine: Engine,
@@ -120,20 +143,33 @@ pub enum DbError {
     #[error("database migration failed")]
     Migrate(#[source] sqlx::migrate::MigrateError),
     /// A statement failed.
-    #[error("database query failed")]
+    #[error("database query failed: {}", cause(.0))]
     Query(#[source] sqlx::Error),
     /// A unique (or primary key) constraint was violated, on either engine.
-    #[error("a unique constraint of the database was violated")]
+    #[error("a unique constraint of the database was violated: {}", cause(.0))]
     Conflict(#[source] sqlx::Error),
     /// The database could not take the work now: SQLite busy or locked after
     /// `busy_timeout`, a PostgreSQL serialization failure, deadlock or lock
     /// timeout, or no pooled connection within the acquire timeout. Trying the
     /// whole unit of work again may succeed.
-    #[error("the database is busy; the unit of work may be tried again")]
+    #[error(
+        "the database is busy; the unit of work may be tried again: {}",
+        cause(.0)
+    )]
     Busy(#[source] sqlx::Error),
+    /// The database cannot take the work now for a reason outside the
+    /// statement: it cannot write (read-only, full, an I/O error), it is shut
+    /// down or out of resources, or the connection was lost (module docs).
+    /// `503 unavailable`; the same work may succeed later.
+    #[error("the database cannot take the work now: {}", cause(.0))]
+    Unavailable(#[source] sqlx::Error),
     /// The pool was closed ([`Db::close`]).
     #[error("the database pool is closed")]
     Closed,
+    /// The write probe failed within the last second or did not finish in
+    /// time ([`Db::probe_write`]).
+    #[error("the database did not take the write probe")]
+    NotWritable,
     /// A stored value has the wrong type or form.
     #[error("the stored value of column {column} cannot be read")]
     Decode {
@@ -145,17 +181,172 @@ pub enum DbError {
     Random(#[from] bothy_proto::ids::RandomError),
 }
 
+impl DbError {
+    /// Whether the same work may succeed later without a change of its own
+    /// (`503 unavailable`): busy, unavailable, or the pool closed at shutdown.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            DbError::Busy(_) | DbError::Unavailable(_) | DbError::Closed | DbError::NotWritable
+        )
+    }
+}
+
 impl From<sqlx::Error> for DbError {
     /// Classifies a driver error portably: unique violations become
-    /// [`DbError::Conflict`], lock contention [`DbError::Busy`].
+    /// [`DbError::Conflict`], lock contention [`DbError::Busy`], a database
+    /// that cannot take the work [`DbError::Unavailable`].
     fn from(error: sqlx::Error) -> Self {
         match &error {
             sqlx::Error::Database(db) if db.is_unique_violation() => DbError::Conflict(error),
             sqlx::Error::Database(db) if is_busy(db.as_ref()) => DbError::Busy(error),
             sqlx::Error::PoolTimedOut => DbError::Busy(error),
             sqlx::Error::PoolClosed => DbError::Closed,
+            _ if is_unavailable(&error) => DbError::Unavailable(error),
             _ => DbError::Query(error),
         }
+    }
+}
+
+/// Whether a driver error says that the database cannot take the work now
+/// (module docs), by engine.
+fn is_unavailable(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => {
+            let Some(code) = db.code() else {
+                return false;
+            };
+            if db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_some() {
+                // Primary result codes: SQLITE_PERM (3), SQLITE_READONLY (8),
+                // SQLITE_IOERR (10), SQLITE_FULL (13), SQLITE_CANTOPEN (14).
+                return code
+                    .parse::<i32>()
+                    .is_ok_and(|code| matches!(code & 0xff, 3 | 8 | 10 | 13 | 14));
+            }
+            code == "25006"
+                || code.starts_with("53")
+                || code.starts_with("57P")
+                || code.starts_with("08")
+        }
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::WorkerCrashed => true,
+        _ => false,
+    }
+}
+
+/// Whether `error` or one of its sources is a database error that another
+/// try may get past (`503 unavailable` rather than 500): a [`DbError`] that
+/// [`DbError::is_transient`], or a driver error of the same kinds (a
+/// `#[error(transparent)]` wrapper hands on the driver's error as the source).
+pub fn is_transient_in_chain(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(db) = error.downcast_ref::<DbError>() {
+            return db.is_transient();
+        }
+        if let Some(driver) = error.downcast_ref::<sqlx::Error>() {
+            return matches!(driver, sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed)
+                || matches!(driver, sqlx::Error::Database(db) if is_busy(db.as_ref()))
+                || is_unavailable(driver);
+        }
+        next = error.source();
+    }
+    false
+}
+
+/// A driver error for messages and logs: what happened and the database's
+/// code and message, never a parameter value or the URL. PostgreSQL's data
+/// exceptions (class 22) can quote the value, so they show their code only;
+/// configuration errors (a URL that does not parse) show no detail.
+pub fn cause(error: &sqlx::Error) -> Cause<'_> {
+    Cause(error)
+}
+
+/// See [`cause`].
+#[derive(Debug)]
+pub struct Cause<'a>(&'a sqlx::Error);
+
+impl fmt::Display for Cause<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            sqlx::Error::Database(db) => {
+                let code = db.code().unwrap_or_default();
+                if code.starts_with("22")
+                    && db.try_downcast_ref::<sqlx::sqlite::SqliteError>().is_none()
+                {
+                    write!(f, "a data exception (code {code})")
+                } else {
+                    write!(f, "{} (code {code})", db.message())
+                }
+            }
+            sqlx::Error::Configuration(_) => f.write_str("the database URL or options are invalid"),
+            sqlx::Error::ColumnDecode { index, .. } => {
+                write!(f, "a stored value of column {index} cannot be decoded")
+            }
+            sqlx::Error::Decode(_) => f.write_str("a stored value cannot be decoded"),
+            sqlx::Error::Io(error) => write!(f, "I/O: {error}"),
+            sqlx::Error::Tls(error) => write!(f, "TLS: {error}"),
+            other => write!(f, "{other}"),
+        }
+    }
+}
+
+/// An error and its sources as one line (`a: b: c`) for the log; a source
+/// whose text the line holds already is left out, and a driver error is
+/// written by [`cause`] and ends the line (its own sources are the
+/// database's message again).
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut line = error.to_string();
+    let mut next = error.source();
+    while let Some(source) = next {
+        let text = match source.downcast_ref::<sqlx::Error>() {
+            Some(driver) => cause(driver).to_string(),
+            None => source.to_string(),
+        };
+        if !line.contains(&text) {
+            line.push_str(": ");
+            line.push_str(&text);
+        }
+        if source.downcast_ref::<sqlx::Error>().is_some() {
+            break;
+        }
+        next = source.source();
+    }
+    line
+}
+
+/// Which pooled connections are to be closed instead of used again: those
+/// opened before the last [`Retirement::retire_now`] (module docs).
+#[derive(Debug)]
+struct Retirement {
+    base: Instant,
+    /// Milliseconds since `base`; connections opened before are retired.
+    before_ms: AtomicU64,
+}
+
+impl Retirement {
+    fn new() -> Retirement {
+        Retirement {
+            base: Instant::now(),
+            before_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.base.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Every connection open now is closed at its next release or acquire.
+    fn retire_now(&self) {
+        // One millisecond ahead: a connection opened in this millisecond
+        // (the one that found the fault) goes too.
+        self.before_ms
+            .fetch_max(self.now_ms().saturating_add(1), Ordering::SeqCst);
+    }
+
+    fn is_retired(&self, meta: &PoolConnectionMetadata) -> bool {
+        let age = u64::try_from(meta.age.as_millis()).unwrap_or(u64::MAX);
+        let opened = self.now_ms().saturating_sub(age);
+        opened < self.before_ms.load(Ordering::SeqCst)
     }
 }
 
@@ -177,6 +368,12 @@ fn is_busy(error: &dyn DatabaseError) -> bool {
     // SQLSTATE serialization_failure, deadlock_detected, lock_not_available.
     matches!(code.as_ref(), "40001" | "40P01" | "55P03")
 }
+
+/// How long the write probe of `/readyz` may take.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a write probe's answer is reused.
+const PROBE_CACHE: Duration = Duration::from_secs(1);
 
 /// Pool and engine settings (the configuration module fills them in).
 #[derive(Debug, Clone)]
@@ -219,6 +416,10 @@ struct Inner {
     url: String,
     /// SQLite only: one unit of work at a time per process (module docs).
     writer_gate: Arc<Semaphore>,
+    /// Connections to close instead of using again (module docs).
+    retirement: Arc<Retirement>,
+    /// The last readiness answer and when it was found ([`Db::probe_write`]).
+    probe: tokio::sync::Mutex<Option<(Instant, bool)>>,
     /// Bumped after every commit that wrote events: the in-process wake-up of
     /// the log tail. A watch, not a `Notify`, so that every tail sees it and a
     /// wake-up between two reads of the tail is never lost.
@@ -257,19 +458,53 @@ impl Db {
         }
 
         let busy_timeout_ms = millis(options.sqlite_busy_timeout);
+        let retirement = Arc::new(Retirement::new());
+        let at_connect = Arc::clone(&retirement);
+        let at_acquire = Arc::clone(&retirement);
+        let at_release = Arc::clone(&retirement);
         let pool = AnyPoolOptions::new()
             .max_connections(options.max_connections.max(1))
             .acquire_timeout(options.acquire_timeout)
             .after_connect(move |conn, _meta| {
+                let retirement = Arc::clone(&at_connect);
                 Box::pin(async move {
-                    if engine == Engine::Sqlite {
-                        // Per connection: neither setting is stored in the file.
-                        conn.execute(format!("PRAGMA busy_timeout = {busy_timeout_ms}").as_str())
+                    match engine {
+                        Engine::Sqlite => {
+                            // Per connection: neither setting is stored in the file.
+                            conn.execute(
+                                format!("PRAGMA busy_timeout = {busy_timeout_ms}").as_str(),
+                            )
                             .await?;
-                        conn.execute("PRAGMA foreign_keys = ON").await?;
+                            conn.execute("PRAGMA foreign_keys = ON").await?;
+                        }
+                        Engine::Postgres => {
+                            // A session that starts read-only stays so
+                            // (default_transaction_read_only, recovery): it
+                            // serves this one use and is closed after it.
+                            let read_only: String = sqlx::query_scalar(
+                                "SELECT current_setting('transaction_read_only')",
+                            )
+                            .fetch_one(&mut *conn)
+                            .await?;
+                            if read_only == "on" {
+                                tracing::warn!(
+                                    "a new PostgreSQL session is read-only; it is closed after \
+                                     its first use"
+                                );
+                                retirement.retire_now();
+                            }
+                        }
                     }
                     Ok(())
                 })
+            })
+            .before_acquire(move |_conn, meta| {
+                let retired = at_acquire.is_retired(&meta);
+                Box::pin(async move { Ok(!retired) })
+            })
+            .after_release(move |_conn, meta| {
+                let retired = at_release.is_retired(&meta);
+                Box::pin(async move { Ok(!retired) })
             })
             .connect(&url)
             .await
@@ -283,6 +518,8 @@ impl Db {
                 engine,
                 url,
                 writer_gate: Arc::new(Semaphore::new(1)),
+                retirement,
+                probe: tokio::sync::Mutex::new(None),
                 commits,
                 ephemeral,
             }),
@@ -315,11 +552,45 @@ impl Db {
         migrate::run(&self.inner.pool, migrations).await
     }
 
-    /// Checks that a connection answers (for `/readyz`).
+    /// Checks that a connection answers.
     pub async fn ping(&self) -> Result<(), DbError> {
         let mut conn = self.inner.pool.acquire().await?;
         conn.ping().await?;
         Ok(())
+    }
+
+    /// The write probe of `/readyz`: the one row of `readiness` updated in a
+    /// unit of work, within [`PROBE_TIMEOUT`]. Answers from the last second
+    /// come from memory, so a flood of readiness checks writes once a second
+    /// at most; probes run one at a time. A closed pool is never ready.
+    pub async fn probe_write(&self, now_ms: UnixMillis) -> Result<(), DbError> {
+        if self.inner.pool.is_closed() {
+            return Err(DbError::Closed);
+        }
+        let mut last = self.inner.probe.lock().await;
+        if let Some((at, ready)) = *last {
+            if at.elapsed() < PROBE_CACHE {
+                return if ready {
+                    Ok(())
+                } else {
+                    Err(DbError::NotWritable)
+                };
+            }
+        }
+        let probe = async {
+            let mut uow = self.begin(now_ms).await?;
+            sqlx::query("UPDATE readiness SET checked_at = $1 WHERE id = 1")
+                .bind(now_ms)
+                .execute(uow.conn())
+                .await?;
+            uow.commit().await.map(|_| ())
+        };
+        let result = match tokio::time::timeout(PROBE_TIMEOUT, probe).await {
+            Ok(result) => result,
+            Err(_) => Err(DbError::NotWritable),
+        };
+        *last = Some((Instant::now(), result.is_ok()));
+        result
     }
 
     /// Closes the pool: waits for connections in use to come back, then closes
@@ -341,11 +612,49 @@ impl Db {
             ),
             Engine::Postgres => None,
         };
-        let tx = match self.engine().begin_statement() {
+        let tx = match self.begin_transaction().await {
+            Err(DbError::Unavailable(error)) => {
+                // The connection may be one that opened while the database
+                // could not write (SQLite fails `BEGIN IMMEDIATE` on it): every
+                // connection open now is retired, and a fresh one tries once.
+                tracing::warn!(
+                    error = %cause(&error),
+                    "a unit of work cannot begin; retrying once on a fresh connection"
+                );
+                self.inner.retirement.retire_now();
+                let retried = self.begin_transaction().await;
+                if matches!(retried, Err(DbError::Unavailable(_))) {
+                    self.inner.retirement.retire_now();
+                }
+                retried?
+            }
+            other => other?,
+        };
+        Ok(UnitOfWork::new(self.clone(), tx, now_ms, gate))
+    }
+
+    async fn begin_transaction(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {
+        let mut tx = match self.engine().begin_statement() {
             Some(statement) => self.inner.pool.begin_with(statement).await?,
             None => self.inner.pool.begin().await?,
         };
-        Ok(UnitOfWork::new(self.clone(), tx, now_ms, gate))
+        if self.engine() == Engine::Sqlite {
+            // `BEGIN IMMEDIATE` succeeds on a connection that has the file
+            // read-only; its first write fails. A write that changes no row
+            // (and writes nothing to the WAL) finds that out here, where the
+            // begin can still be tried on a fresh connection. A database
+            // without the table (not migrated yet) skips the check.
+            let check = sqlx::query("UPDATE readiness SET checked_at = checked_at WHERE 0")
+                .execute(&mut *tx)
+                .await;
+            if let Err(error) = check {
+                let error = DbError::from(error);
+                if matches!(error, DbError::Unavailable(_)) {
+                    return Err(error);
+                }
+            }
+        }
+        Ok(tx)
     }
 
     /// Publishes an ephemeral event to the subscribers of this process now

@@ -1,5 +1,6 @@
-//! `/healthz` (the process answers) and `/readyz` (the database answers; 503
-//! otherwise). Neither needs a credential, and neither says more than that.
+//! `/healthz` (the process answers) and `/readyz` (the database takes a write:
+//! [`crate::db::Db::probe_write`]; 503 otherwise, also while it answers reads
+//! only). Neither needs a credential, and neither says more than that.
 
 use axum::Json;
 use axum::extract::State;
@@ -22,7 +23,7 @@ pub async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// The process answers and its database answers.
+/// The process answers and its database takes a write.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -36,7 +37,7 @@ pub async fn healthz() -> Json<Value> {
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     state
         .db()
-        .ping()
+        .probe_write(state.clock().now_ms())
         .await
         .map_err(|error| ApiError::new(ProblemCode::Unavailable).caused_by(error))?;
     Ok(Json(json!({"status": "ready"})))

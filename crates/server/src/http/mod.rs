@@ -67,8 +67,8 @@ struct AppInner {
     clock: SharedClock,
     /// The HMAC key of stored tokens and codes (redacted in `Debug`).
     pepper: Pepper,
-    /// `rl.public_auth` per client address: failed logins, enrollments and
-    /// step-ups (identity), failed credential checks of the terminal channels
+    /// `rl.public_auth` per client address: failed logins and enrollments
+    /// (identity), failed credential checks of the terminal channels
     /// (6.3, [`crate::terminal::channel_limits`]). In memory, per process: several nodes each count
     /// their own share, which only loosens the limit by the number of nodes.
     public_auth: RateLimiter<IpAddr>,
@@ -79,6 +79,10 @@ struct AppInner {
     /// `rl.host` per host: the control and data connections of the host
     /// service (6.3). In memory, per process, like `public_auth`.
     host_limit: RateLimiter<Uuid>,
+    /// `rl.step_up_person` per person and `rl.step_up_address` per client
+    /// address: failed step-ups, counted in both (docs/decisions.md D-353).
+    step_up_person: RateLimiter<Uuid>,
+    step_up_address: RateLimiter<IpAddr>,
     /// The log tail of this process: event stream sockets subscribe here.
     events: LogTail,
     /// The process's metrics (`/metrics`).
@@ -105,6 +109,8 @@ impl AppState {
         let public_auth = RateLimiter::new(config.rl.public_auth);
         let terminal_limit = RateLimiter::new(config.rl.terminal);
         let host_limit = RateLimiter::new(config.rl.host);
+        let step_up_person = RateLimiter::new(config.rl.step_up_person);
+        let step_up_address = RateLimiter::new(config.rl.step_up_address);
         AppState {
             inner: Arc::new(AppInner {
                 config,
@@ -114,6 +120,8 @@ impl AppState {
                 public_auth,
                 terminal_limit,
                 host_limit,
+                step_up_person,
+                step_up_address,
                 events,
                 metrics: Metrics::new(),
                 shutdown,
@@ -156,6 +164,16 @@ impl AppState {
     /// The `rl.host` buckets, by host.
     pub fn host_limit(&self) -> &RateLimiter<Uuid> {
         &self.inner.host_limit
+    }
+
+    /// The `rl.step_up_person` buckets, by person.
+    pub fn step_up_person_limit(&self) -> &RateLimiter<Uuid> {
+        &self.inner.step_up_person
+    }
+
+    /// The `rl.step_up_address` buckets, by client address.
+    pub fn step_up_address_limit(&self) -> &RateLimiter<IpAddr> {
+        &self.inner.step_up_address
     }
 
     /// The log tail.

@@ -175,9 +175,17 @@ impl ApiError {
         }
     }
 
-    /// 500 with a cause that only the log sees.
+    /// 500 with a cause that only the log sees; `503 unavailable` when the
+    /// cause is a database that cannot take the work now (busy, unwritable,
+    /// unreachable: [`crate::db::is_transient_in_chain`]), which another try
+    /// may get past.
     pub fn internal(cause: impl std::error::Error + Send + Sync + 'static) -> Self {
-        ApiError::new(ProblemCode::Internal).caused_by(cause)
+        let code = if crate::db::is_transient_in_chain(&cause) {
+            ProblemCode::Unavailable
+        } else {
+            ProblemCode::Internal
+        };
+        ApiError::new(code).caused_by(cause)
     }
 
     /// The `reason` member (a code of the chapter, e.g. `session_user_taken`).
@@ -262,8 +270,14 @@ impl fmt::Display for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if let Some(cause) = &self.cause {
-            // The cause may name internals (a database error); it stays in the log.
-            tracing::error!(code = self.code.as_str(), error = %cause, "request failed");
+            // The cause may name internals (a database error); it stays in the
+            // log, with its sources (never a value: `db::error_chain`).
+            let error = crate::db::error_chain(cause.as_ref());
+            if self.code == ProblemCode::Unavailable {
+                tracing::warn!(code = self.code.as_str(), %error, "request failed");
+            } else {
+                tracing::error!(code = self.code.as_str(), %error, "request failed");
+            }
         }
         let mut response = (self.code.status(), self.body().to_string()).into_response();
         let headers = response.headers_mut();

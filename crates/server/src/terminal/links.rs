@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Mutex;
 
-use bothy_proto::codes::CloseCode;
+use bothy_proto::codes::{CloseCode, CloseDetail, CloseReason};
 use bothy_proto::control::{SessionClose, SessionOpen};
 use tokio::sync::mpsc;
 use uuid::Uuid;
@@ -53,10 +53,27 @@ struct Link {
     sender: mpsc::Sender<ControlSignal>,
 }
 
+/// A `session.ended` of a host that this process accepted but could not
+/// record (the database could not write): applied by the host's next login
+/// before the reconciliation of 6.2, so the session ends as the host reported
+/// it and not `host_restarted` (docs/decisions.md D-356).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnrecordedEnd {
+    /// The reported reason.
+    pub close_reason: CloseReason,
+    /// The reported detail.
+    pub close_detail: Option<CloseDetail>,
+}
+
+/// The most unrecorded ends kept per host (a host has at most
+/// `terminal.max_sessions_per_host` sessions, 100000 at most).
+const UNRECORDED_ENDS_MAX: usize = 100_000;
+
 /// The control connections of this process, by host.
 #[derive(Default)]
 pub struct LocalControlLinks {
     links: Mutex<HashMap<Uuid, Link>>,
+    unrecorded_ends: Mutex<HashMap<Uuid, HashMap<Uuid, UnrecordedEnd>>>,
 }
 
 impl fmt::Debug for LocalControlLinks {
@@ -128,6 +145,44 @@ impl LocalControlLinks {
             true
         } else {
             false
+        }
+    }
+
+    /// Keeps a `session.ended` of the host that could not be recorded.
+    pub fn keep_unrecorded_end(&self, host_id: Uuid, session_id: Uuid, end: UnrecordedEnd) {
+        let mut kept = self
+            .unrecorded_ends
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let ends = kept.entry(host_id).or_default();
+        if ends.len() < UNRECORDED_ENDS_MAX || ends.contains_key(&session_id) {
+            ends.insert(session_id, end);
+        }
+    }
+
+    /// The host's `session.ended` reports that could not be recorded.
+    pub fn unrecorded_ends(&self, host_id: Uuid) -> HashMap<Uuid, UnrecordedEnd> {
+        let kept = self
+            .unrecorded_ends
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        kept.get(&host_id).cloned().unwrap_or_default()
+    }
+
+    /// Forgets `sessions` of the host's unrecorded ends (recorded now, or
+    /// superseded by what the host said at its login).
+    pub fn forget_unrecorded_ends(&self, host_id: Uuid, sessions: impl IntoIterator<Item = Uuid>) {
+        let mut kept = self
+            .unrecorded_ends
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(ends) = kept.get_mut(&host_id) {
+            for session_id in sessions {
+                ends.remove(&session_id);
+            }
+            if ends.is_empty() {
+                kept.remove(&host_id);
+            }
         }
     }
 

@@ -56,6 +56,22 @@ pub async fn post(server: &TestServer, path: &str, token: Option<&str>, body: Va
     reply(request.send().await.expect("request")).await
 }
 
+/// `POST path` with a JSON body and an optional bearer token, sent by `client`
+/// (e.g. [`TestServer::client_from`] another address).
+pub async fn post_by(
+    client: &reqwest::Client,
+    server: &TestServer,
+    path: &str,
+    token: Option<&str>,
+    body: Value,
+) -> Reply {
+    let mut request = client.post(server.url(path)).json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    reply(request.send().await.expect("request")).await
+}
+
 /// `POST path` without a body.
 pub async fn post_empty(server: &TestServer, path: &str, token: &str) -> Reply {
     let request = server.client.post(server.url(path)).bearer_auth(token);

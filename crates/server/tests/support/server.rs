@@ -5,7 +5,8 @@
 //! there is no way to skip verification, in tests either. Dropping the value
 //! shuts the server down; [`TestServer::stop`] waits for it.
 //! [`TestServer::start_with`] adds configuration (YAML sections other than
-//! `server` and `database`, e.g. a tiny `sync.outbound_queue_max`).
+//! `database`, e.g. a tiny `sync.outbound_queue_max`; the members of a
+//! `server:` section join the test server's own).
 //!
 //! The job terminal.sweep runs its passes on the server's clock
 //! (docs/decisions.md D-88). Unless a test sets `terminal.sweep_interval`
@@ -61,7 +62,7 @@ impl TestServer {
     }
 
     /// Starts a server on a fresh database of `engine`, with `extra_yaml`
-    /// (whole top-level sections other than `server` and `database`) added to
+    /// (whole top-level sections other than `database`; a `server:` section adds its members to the test server's own) added to
     /// its configuration.
     pub async fn start_with(engine: Engine, extra_yaml: &str) -> TestServer {
         let db = TestDb::fresh(engine).await;
@@ -99,9 +100,10 @@ impl TestServer {
         extra_yaml: &str,
         start_ms: i64,
     ) -> TestServer {
-        let extra_yaml = with_quiet_sweep(extra_yaml);
+        let (server_keys, extra_yaml) = split_server_section(extra_yaml);
+        let extra_yaml = with_quiet_sweep(&extra_yaml);
         let yaml = format!(
-            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\ndatabase:\n  url: \"{}\"\n{extra_yaml}",
+            "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\n{server_keys}database:\n  url: \"{}\"\n{extra_yaml}",
             data_dir.path().display(),
             db.url()
         );
@@ -145,6 +147,16 @@ impl TestServer {
         self.state = app.1;
         self.task = Some(task);
         self.shutdown = Some(shutdown);
+    }
+
+    /// A client like [`TestServer::client`] whose connections come from
+    /// `address` (another loopback address such as 127.0.0.2: another client
+    /// address for the server's per-address limits).
+    pub fn client_from(&self, address: std::net::IpAddr) -> reqwest::Client {
+        client_builder_trusting(&self.ca_file)
+            .local_address(address)
+            .build()
+            .expect("client")
     }
 
     /// The database (alive as long as the server).
@@ -208,6 +220,33 @@ async fn serve(yaml: &str, clock: Arc<ManualClock>, listener: TcpListener) -> Se
     ((ca_file, state, port), task, shutdown)
 }
 
+/// The member lines of a top-level `server:` section of `extra_yaml` (keys
+/// such as `server.idle_timeout`, added to the test server's own), and the
+/// rest of `extra_yaml`.
+fn split_server_section(extra_yaml: &str) -> (String, String) {
+    let mut server = String::new();
+    let mut rest = String::new();
+    let mut inside = false;
+    for line in extra_yaml.split_inclusive('\n') {
+        if line.trim_end() == "server:" {
+            inside = true;
+            continue;
+        }
+        if inside && !line.starts_with(' ') {
+            inside = false;
+        }
+        if inside {
+            server.push_str(line);
+            if !line.ends_with('\n') {
+                server.push('\n');
+            }
+        } else {
+            rest.push_str(line);
+        }
+    }
+    (server, rest)
+}
+
 /// `extra_yaml` with `terminal.sweep_interval: 365d` unless it names the key.
 fn with_quiet_sweep(extra_yaml: &str) -> String {
     const QUIET: &str = "  sweep_interval: 365d\n";
@@ -235,20 +274,33 @@ fn with_quiet_sweep(extra_yaml: &str) -> String {
 
 /// A reqwest client whose only trust anchor is the CA in `ca_file`.
 pub fn client_trusting(ca_file: &std::path::Path) -> reqwest::Client {
+    client_builder_trusting(ca_file).build().expect("client")
+}
+
+/// [`client_trusting`] as a builder, for more options (a local address).
+pub fn client_builder_trusting(ca_file: &std::path::Path) -> reqwest::ClientBuilder {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca_file).expect("CA file") {
         roots
             .add(cert.expect("CA certificate"))
             .expect("CA accepted");
     }
+    builder_with_roots(roots)
+}
+
+/// A client for plain HTTP (`server.tls: off`); it trusts no certificate.
+pub fn plain_http_client() -> reqwest::Client {
+    builder_with_roots(rustls::RootCertStore::empty())
+        .build()
+        .expect("client")
+}
+
+fn builder_with_roots(roots: rustls::RootCertStore) -> reqwest::ClientBuilder {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    reqwest::Client::builder()
-        .tls_backend_preconfigured(tls)
-        .build()
-        .expect("client")
+    reqwest::Client::builder().tls_backend_preconfigured(tls)
 }

@@ -134,6 +134,29 @@ pub async fn open(server: &TestServer, path: &str, token: &str) -> Ws {
         .unwrap_or_else(|refused| panic!("upgrade refused: {refused:?}"))
 }
 
+/// A raw TLS connection to the server from `local` (a loopback address; the
+/// server's per-address limits count it), offering `alpn` (`h2`,
+/// `http/1.1`, or nothing), for tests of the HTTP connection itself;
+/// `Err` when the server closed it during the handshake.
+pub async fn raw_tls(
+    server: &TestServer,
+    local: std::net::IpAddr,
+    alpn: &[&str],
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind((local, 0).into())?;
+    let tcp = socket.connect(([127, 0, 0, 1], server.port).into()).await?;
+    let mut config = (*tls_config(&server.ca_file)).clone();
+    config.alpn_protocols = alpn.iter().map(|p| p.as_bytes().to_vec()).collect();
+    let name = ServerName::try_from("localhost").expect("server name");
+    tokio::time::timeout(
+        WAIT,
+        TlsConnector::from(Arc::new(config)).connect(name, tcp),
+    )
+    .await
+    .map_err(|_| std::io::Error::other("the TLS handshake did not finish in time"))?
+}
+
 fn tls_config(ca_file: &std::path::Path) -> Arc<rustls::ClientConfig> {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca_file).expect("CA file") {

@@ -12,10 +12,17 @@
 //! | `POST /auth/sessions/{id}/revoke` | — | 204 |
 //! | `POST /auth/step-up` | `method: "totp"`, `code`; or `method: "webauthn"`, `challenge_id`, `credential` | `step_up_id`, `expires_at` |
 //!
-//! Times are Unix milliseconds. The public calls and the step-up are limited by
+//! Times are Unix milliseconds. The public calls are limited by
 //! `rl.public_auth` per client address: an empty bucket is `429 rate_limited`
 //! (with `Retry-After` and `retry_after`) before any check, and only a failed
-//! check takes a token.
+//! check takes a token. The step-up, which only a logged-in person can try,
+//! counts its failures apart from them, in two buckets at once:
+//! `rl.step_up_person` of the person and `rl.step_up_address` of the client
+//! address; either one empty is `429` before the check (docs/decisions.md
+//! D-353). Failed logins from an address therefore never lock a logged-in
+//! person out of the step-up, one address that keeps failing is stopped
+//! before the person's own bucket is empty, and guesses from many addresses
+//! for one person are stopped by the person's bucket.
 
 use axum::Json;
 use axum::extract::{Path, State};
@@ -44,7 +51,7 @@ use crate::identity::console;
 use crate::identity::devices::DeviceName;
 use crate::identity::login_sessions::{self, ClientComponent, SecondFactor};
 use crate::identity::password::Password;
-use crate::identity::principal::Principal;
+use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::step_up::{self, StepUpMethod, StepUpRefusal};
 use crate::identity::totp::TotpCode;
 use crate::identity::{IdentityError, PrincipalKind, Role, enrollment};
@@ -71,6 +78,18 @@ pub(super) fn gate(state: &AppState, client: ClientAddr, now: i64) -> Result<(),
         .map_err(|retry| ApiError::new(ProblemCode::RateLimited).with_retry_after(retry.seconds))
 }
 
+/// Whether `error` is a failed check of a presented credential (a password,
+/// a code, an assertion), which the rate limits count.
+fn failed_check(error: &IdentityError) -> bool {
+    matches!(
+        error,
+        IdentityError::Unauthenticated(_)
+            | IdentityError::StepUpRequired(
+                StepUpRefusal::TotpInvalid | StepUpRefusal::PasskeyInvalid
+            )
+    )
+}
+
 /// Charges a failed credential check to the client's bucket.
 pub(super) fn charged<T>(
     state: &AppState,
@@ -79,14 +98,7 @@ pub(super) fn charged<T>(
     result: Result<T, IdentityError>,
 ) -> Result<T, ApiError> {
     result.map_err(|error| {
-        let failed_check = matches!(
-            error,
-            IdentityError::Unauthenticated(_)
-                | IdentityError::StepUpRequired(
-                    StepUpRefusal::TotpInvalid | StepUpRefusal::PasskeyInvalid
-                )
-        );
-        if failed_check {
+        if failed_check(&error) {
             // An empty bucket here (a concurrent failure took the last token)
             // changes nothing: this answer is a 401 either way.
             let _ = state.public_auth_limit().try_take(&client.0, now);
@@ -141,6 +153,52 @@ async fn enroll_check(
         "username": checked.username.as_str(),
         "code_expires_at": checked.code_expires_at,
     })))
+}
+
+/// `429` before the step-up's check when the person's or the client
+/// address's step-up bucket is empty (D-353); `Retry-After` is the later of
+/// the two.
+pub(super) fn step_up_gate(
+    state: &AppState,
+    person: &PersonPrincipal,
+    client: ClientAddr,
+    now: i64,
+) -> Result<(), ApiError> {
+    let by_person = state
+        .step_up_person_limit()
+        .check(&person.person_id, now)
+        .err();
+    let by_address = state.step_up_address_limit().check(&client.0, now).err();
+    match by_person
+        .into_iter()
+        .chain(by_address)
+        .map(|r| r.seconds)
+        .max()
+    {
+        None => Ok(()),
+        Some(seconds) => Err(ApiError::new(ProblemCode::RateLimited).with_retry_after(seconds)),
+    }
+}
+
+/// Charges a failed step-up to both step-up buckets: the person's and the
+/// client address's (D-353).
+pub(super) fn step_up_charged<T>(
+    state: &AppState,
+    person: &PersonPrincipal,
+    client: ClientAddr,
+    now: i64,
+    result: Result<T, IdentityError>,
+) -> Result<T, ApiError> {
+    result.map_err(|error| {
+        if failed_check(&error) {
+            // As in `charged`: the answer is a 401 either way.
+            let _ = state
+                .step_up_person_limit()
+                .try_take(&person.person_id, now);
+            let _ = state.step_up_address_limit().try_take(&client.0, now);
+        }
+        ApiError::from(error)
+    })
 }
 
 /// Starts an enrollment with a one-time code: sets the password and a pending
@@ -501,7 +559,7 @@ async fn create_step_up(
     let person = principal
         .require_person(state.db(), now, AuditAction::AuthStepUp)
         .await?;
-    gate(&state, client, now)?;
+    step_up_gate(&state, person, client, now)?;
     let object = Object::root(&body, &["method", "code", "challenge_id", "credential"])?;
     let method = object.member("method")?;
     let method = StepUpMethod::parse(method.as_str()?).ok_or_else(|| {
@@ -517,8 +575,9 @@ async fn create_step_up(
         })));
     }
     let code = TotpCode::parse(object.str("code")?);
-    let created = charged(
+    let created = step_up_charged(
         &state,
+        person,
         client,
         now,
         step_up::create(

@@ -79,7 +79,8 @@ impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
         parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
-            .map(|ConnectInfo(addr)| ClientAddr(addr.ip()))
+            // An IPv4 client of a `[::]` listener is one address, not two.
+            .map(|ConnectInfo(addr)| ClientAddr(addr.ip().to_canonical()))
             .ok_or_else(|| ApiError::new(ProblemCode::Internal))
     }
 }

@@ -11,8 +11,9 @@
 //! | `POST /auth/step-up/passkey/start` | — | `challenge_id`, `options` |
 //!
 //! The passkey step-up itself is `POST /auth/step-up {method: "webauthn",
-//! challenge_id, credential}` ([`super::auth`]). The public calls and the
-//! step-up are limited by `rl.public_auth` like the CLI's login.
+//! challenge_id, credential}` ([`super::auth`]). The public calls are limited
+//! by `rl.public_auth` like the CLI's login; the step-up by the step-up
+//! buckets of the person and the address ([`super::auth`], D-353).
 
 use axum::Json;
 use axum::extract::State;
@@ -24,7 +25,7 @@ use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::{charged, gate};
+use super::auth::{charged, gate, step_up_charged};
 use super::body::{ClientAddr, JsonBody};
 use crate::audit::AuditAction;
 use crate::db;
@@ -376,7 +377,7 @@ pub(super) async fn step_up_finish(
         credential,
     )
     .await;
-    charged(state, client, now, result)
+    step_up_charged(state, person, client, now, result)
 }
 
 /// A WebAuthn challenge (doc-only): pass `options` to the browser's

@@ -282,6 +282,39 @@ async fn login_unit_of_work(
     let now = state.clock().now_ms();
     let mut uow = state.db().begin(now).await?;
     let host = hosts::load_for_update(&mut uow, identify.host_id).await?;
+    let mut ended_here = HashSet::new();
+
+    // The host's session.ended reports this process could not record (the
+    // database could not write): the host counts them as reported and names
+    // those sessions no more, so they end as reported, not host_restarted
+    // (D-356). One the host names as live again is its newer word.
+    let unrecorded = state.local_control_links().unrecorded_ends(host.id);
+    let mut pending: Vec<_> = unrecorded
+        .iter()
+        .filter(|(id, _)| !live.contains(id))
+        .collect();
+    pending.sort_by_key(|(id, _)| **id);
+    for (id, reported) in pending {
+        let row = sqlx::query("SELECT host_id, state FROM terminal_sessions WHERE id = $1")
+            .bind(db::id_text(id))
+            .fetch_optional(uow.conn())
+            .await
+            .map_err(DbError::from)?;
+        let Some(row) = row else { continue };
+        let state_now: String = row.try_get("state").map_err(DbError::from)?;
+        if db::get_uuid(&row, "host_id")? != host.id || state_now == "closed" {
+            continue;
+        }
+        end(
+            &mut uow,
+            EndScope::Session(*id),
+            reported.close_reason,
+            reported.close_detail,
+        )
+        .await
+        .map_err(end_error)?;
+        ended_here.insert(*id);
+    }
 
     // 6.2: every active or detached session the host no longer names.
     let rows = sqlx::query(
@@ -292,7 +325,6 @@ async fn login_unit_of_work(
     .fetch_all(uow.conn())
     .await
     .map_err(DbError::from)?;
-    let mut ended_here = HashSet::new();
     for row in &rows {
         let id = db::get_uuid(row, "id")?;
         if !live.contains(&id) {
@@ -355,6 +387,9 @@ async fn login_unit_of_work(
         duplicate::audit_replaced(&mut uow, host.id);
     }
     uow.commit().await?;
+    state
+        .local_control_links()
+        .forget_unrecorded_ends(host.id, unrecorded.into_keys());
     Ok((closes, ended_here))
 }
 

@@ -487,15 +487,27 @@ impl ControlConnection {
             .unwrap_or(i64::MIN)
             .max(session.last_seen_written);
         if now.saturating_sub(last) >= granularity {
-            let mut uow = self.state.db().begin(now).await.map_err(|e| internal(&e))?;
-            sqlx::query("UPDATE hosts SET last_seen_at = $1 WHERE id = $2")
-                .bind(now)
-                .bind(db::id_text(&host.id))
-                .execute(uow.conn())
-                .await
-                .map_err(|e| internal(&e))?;
-            uow.commit().await.map_err(|e| internal(&e))?;
-            session.last_seen_written = now;
+            // `last_seen_at` is a hint of presence: a database that cannot
+            // write now does not end the host's connection (no 4000 flapping
+            // while it recovers); the next heartbeat tries again.
+            let written = async {
+                let mut uow = self.state.db().begin(now).await?;
+                sqlx::query("UPDATE hosts SET last_seen_at = $1 WHERE id = $2")
+                    .bind(now)
+                    .bind(db::id_text(&host.id))
+                    .execute(uow.conn())
+                    .await?;
+                uow.commit().await.map(|_| ())
+            }
+            .await;
+            match written {
+                Ok(()) => session.last_seen_written = now,
+                Err(error) => tracing::warn!(
+                    error = %error,
+                    "the control connection cannot write last_seen_at; it tries again at the \
+                     next heartbeat"
+                ),
+            }
         }
         self.send(&ServerMessage::HeartbeatAck(HeartbeatAck {
             server_time: u64::try_from(now).unwrap_or(0),

@@ -12,7 +12,9 @@
 //! - `session.ended`: only the reasons and details the host may report
 //!   ([`SessionEnded::check_host_may_report`]), else `error {validation_failed}`;
 //!   unknown or of another host: `error {not_found}` and `session.close
-//!   access_revoked`; closed: not changed; else the one end function.
+//!   access_revoked`; closed: not changed; else the one end function. A
+//!   report the database could not record is kept in memory and applied at
+//!   the host's next login ([`crate::terminal::links::UnrecordedEnd`]).
 
 use bothy_proto::codes::{CloseCode, CloseReason};
 use bothy_proto::control::{ErrorCode, HostOp, SessionEnded};
@@ -24,6 +26,7 @@ use super::{ControlConnection, End, LoggedIn, login::end_error};
 use crate::db::{self, DbError, UnitOfWork};
 use crate::events::{Audience, DurableEvent, EventKind};
 use crate::hosts::HostError;
+use crate::terminal::links::UnrecordedEnd;
 use crate::terminal::{EndScope, end};
 
 /// A session row as these reports need it.
@@ -185,8 +188,28 @@ pub(super) async fn ended(
         uow.commit().await?;
         Ok(Outcome::Done)
     }
-    .await
-    .map_err(|e| internal(&e))?;
+    .await;
+    let links = state.local_control_links();
+    let outcome = match outcome {
+        Ok(outcome) => {
+            links.forget_unrecorded_ends(session.host_id, [session_id]);
+            outcome
+        }
+        Err(error) => {
+            // The host counts this end as reported (6.2): it will not name the
+            // session at its next login. Kept here, the end is recorded as
+            // reported then, not as host_restarted (D-356).
+            links.keep_unrecorded_end(
+                session.host_id,
+                session_id,
+                UnrecordedEnd {
+                    close_reason: report.close_reason,
+                    close_detail: report.close_detail,
+                },
+            );
+            return Err(internal(&error));
+        }
+    };
     if matches!(outcome, Outcome::NotFound) {
         session.ended_here.remove(&session_id);
     }

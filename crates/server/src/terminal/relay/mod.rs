@@ -36,6 +36,13 @@
 //! - Byte counters and `last_input_at`: written at most once per
 //!   `terminal.idle_grace`, and at release.
 //!
+//! # Writes and the shutdown
+//! Every write the relay spawns (detach, reactivation, counters, its own
+//! ends) holds a [`ShutdownGuard`](crate::shutdown::ShutdownGuard) of its
+//! own, taken before the spawn, so the server's drain waits for it and the
+//! database closes only after it: at shutdown every side leaves, and the
+//! release writes the pending counters (issue 16).
+//!
 //! # Ends
 //! After the commit of any end, the log tail hands `terminal_session.changed`
 //! with state `closed` to [`Relay`]'s tail task, which closes every side of
@@ -509,7 +516,9 @@ impl Relay {
         self.set_sides(session_id, sides);
         if reactivate {
             let state = state.clone();
+            let done = state.shutdown().track();
             tokio::spawn(async move {
+                let _done = done;
                 let _write = writes.lock().await;
                 if state.relay().device_paired(session_id) {
                     store::reactivate(&state, session_id).await;
@@ -600,7 +609,12 @@ impl Relay {
         drop(slots);
         self.set_sides(session_id, sides);
         let state = state.clone();
+        // The server waits for this write before it closes the database: at
+        // shutdown every side leaves here, and the release writes the
+        // session's pending counters.
+        let done = state.shutdown().track();
         tokio::spawn(async move {
+            let _done = done;
             if let Some(refusal) = refusal {
                 // The host service refused the handshake of this grant. An
                 // opening ends open_failed with the refusal's detail (5.3); a
@@ -661,7 +675,9 @@ impl Relay {
         drop(slots);
         self.set_sides(session_id, sides);
         let state = state.clone();
+        let done = state.shutdown().track();
         tokio::spawn(async move {
+            let _done = done;
             let _write = writes.lock().await;
             if !state.relay().device_paired(session_id) {
                 store::detach(&state, session_id).await;
@@ -867,7 +883,9 @@ impl Relay {
         }
         for (session_id, reason, stats) in ends {
             let state = state.clone();
+            let done = state.shutdown().track();
             tokio::spawn(async move {
+                let _done = done;
                 if !store::end_by_relay(&state, session_id, &stats, reason, None, false).await {
                     // Not written (a database error): try again at a later tick.
                     let mut slots = state.relay().lock_slots();
@@ -879,7 +897,11 @@ impl Relay {
         }
         for (session_id, stats) in flushes {
             let state = state.clone();
-            tokio::spawn(async move { store::flush(&state, session_id, &stats).await });
+            let done = state.shutdown().track();
+            tokio::spawn(async move {
+                let _done = done;
+                store::flush(&state, session_id, &stats).await;
+            });
         }
         self.ticks.fetch_add(1, Ordering::SeqCst);
     }

@@ -88,7 +88,7 @@ pub(crate) async fn state_of(state: &AppState, session_id: Uuid) -> Result<Optio
     match load(state, session_id).await {
         Ok(row) => Ok(row.map(|row| row.state)),
         Err(error) => {
-            tracing::warn!(%error, "the relay cannot read a terminal session");
+            tracing::warn!(%error, %session_id, "the relay cannot read a terminal session");
             Err(())
         }
     }
@@ -98,7 +98,7 @@ pub(crate) async fn state_of(state: &AppState, session_id: Uuid) -> Result<Optio
 /// `terminal_session.changed` (6.2). Nothing for a session in another state.
 pub(crate) async fn detach(state: &AppState, session_id: Uuid) {
     if let Err(error) = move_attachment(state, session_id, "detached").await {
-        tracing::warn!(%error, "the relay cannot detach a terminal session");
+        tracing::warn!(%error, %session_id, "the relay cannot detach a terminal session");
     }
 }
 
@@ -107,7 +107,7 @@ pub(crate) async fn detach(state: &AppState, session_id: Uuid) {
 /// (6.2). Nothing for a session in another state.
 pub(crate) async fn reactivate(state: &AppState, session_id: Uuid) {
     if let Err(error) = move_attachment(state, session_id, "active").await {
-        tracing::warn!(%error, "the relay cannot make a terminal session active again");
+        tracing::warn!(%error, %session_id, "the relay cannot make a terminal session active again");
     }
 }
 
@@ -208,7 +208,11 @@ pub(crate) async fn flush(state: &AppState, session_id: Uuid, stats: &Stats) {
     .await;
     if let Err(error) = result {
         stats.put_back(taken.0, taken.1, taken.2);
-        tracing::warn!(%error, "the relay cannot write the counters of a terminal session");
+        tracing::warn!(
+            %error,
+            %session_id,
+            "the relay cannot write the counters of a terminal session"
+        );
     }
 }
 
@@ -254,7 +258,12 @@ pub(crate) async fn end_by_relay(
         Ok(()) => true,
         Err(error) => {
             stats.put_back(taken.0, taken.1, taken.2);
-            tracing::warn!(%error, close_reason = reason.as_str(), "the relay cannot end a terminal session");
+            tracing::warn!(
+                %error,
+                %session_id,
+                close_reason = reason.as_str(),
+                "the relay cannot end a terminal session"
+            );
             false
         }
     }
