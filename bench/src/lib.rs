@@ -35,7 +35,7 @@ use bothy_proto::stream::{self, DeviceMessage};
 use bothy_server::app::App;
 use bothy_server::clock::{Clock, ManualClock, SystemClock};
 use bothy_server::config::Config;
-use bothy_server::http::AppState;
+use bothy_server::state::AppState;
 use futures_util::{SinkExt, StreamExt};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};

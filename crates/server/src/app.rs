@@ -33,9 +33,10 @@ use crate::clock::SharedClock;
 use crate::config::{ClusterMode, Config, Tls};
 use crate::db::{Db, DbError};
 use crate::events::{EventsError, LogTail, TailConfig};
-use crate::http::{self, AppState};
+use crate::http;
 use crate::pepper::{Pepper, PepperError};
 use crate::shutdown::{CLOSE_ANSWER_WAIT, Shutdown};
+use crate::state::AppState;
 use crate::terminal::sweep::{self, SweepError};
 use crate::tls::{self, TlsError, TlsSource};
 

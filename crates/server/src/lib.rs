@@ -30,6 +30,9 @@
 //! - [`rlimit`]: the soft limit of open files raised to the hard one at start.
 //! - [`shutdown`]: the shutdown broadcast that WebSocket tasks select on (4013)
 //!   and that the server drains before it stops.
+//! - [`state`]: [`state::AppState`], the services every entry point reaches
+//!   (configuration, database, clock, limits, log tail, metrics, control
+//!   connections, relay); no transport of its own.
 //! - [`hosts`]: hosts, their state machine, pairing, confirmation, re-pairing,
 //!   session-user assignments and the LLM declaration (spec 3, 2.2, 7.2).
 //! - [`permissions`]: grants on hosts, the one `authorize` (SR10, SR11 = I6,
@@ -55,5 +58,6 @@ pub mod permissions;
 pub mod ratelimit;
 pub mod rlimit;
 pub mod shutdown;
+pub mod state;
 pub mod terminal;
 pub mod tls;

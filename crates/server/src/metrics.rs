@@ -35,11 +35,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderValue, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
 use prometheus_client::encoding::prometheus_text;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -48,7 +44,6 @@ use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
 use crate::audit::code_enum;
-use crate::http::{ApiError, AppState};
 
 code_enum! {
     /// The route group of a request: a fixed small set, never a path.
@@ -317,42 +312,6 @@ impl Metrics {
         Ok(text)
     }
 }
-
-/// The middleware that counts every request by route group and status class
-/// (installed on the whole router, fallbacks included).
-pub async fn count_requests(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
-    // Classify before the handler runs: the path is all we need, and we
-    // keep no part of it.
-    let group = RouteGroup::of_path(request.uri().path());
-    let response = next.run(request).await;
-    state
-        .metrics()
-        .count_request(group, StatusClass::of(response.status()));
-    response
-}
-
-/// `GET /metrics`: the text format.
-pub async fn serve_metrics(State(state): State<AppState>) -> Result<Response, ApiError> {
-    let text = state
-        .metrics()
-        .render()
-        .map_err(|error| ApiError::internal(EncodeError(error)))?;
-    let mut response = text.into_response();
-    response.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static(prometheus_text::CONTENT_TYPE),
-    );
-    Ok(response)
-}
-
-/// Encoding the registry failed (a `fmt::Error`, only possible on a bug).
-#[derive(Debug, thiserror::Error)]
-#[error("encoding the metrics failed")]
-struct EncodeError(#[source] fmt::Error);
 
 #[cfg(test)]
 mod tests {

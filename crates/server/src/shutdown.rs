@@ -92,7 +92,7 @@ impl Shutdown {
 }
 
 /// What a task keeps to learn of the shutdown: cheap to clone, lives in
-/// [`AppState`](crate::http::AppState).
+/// [`AppState`](crate::state::AppState).
 #[derive(Debug, Clone)]
 pub struct ShutdownListener {
     signal: watch::Receiver<bool>,

@@ -7,9 +7,9 @@ use axum::extract::State;
 use serde_json::{Value, json};
 use utoipa::ToSchema;
 
-use super::AppState;
 use super::api_doc::Unavailable;
 use super::problem::{ApiError, ProblemCode};
+use crate::state::AppState;
 
 /// The process answers.
 #[utoipa::path(

@@ -33,8 +33,9 @@ use super::{AuthFailure, ForbiddenReason, IdentityError, PrincipalKind, Role, ap
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry};
 use crate::clock::UnixMillis;
 use crate::db::{self, Db, DbError};
-use crate::http::{ApiError, AppState};
+use crate::http::ApiError;
 use crate::pepper::Pepper;
+use crate::state::AppState;
 
 /// A person in a login session.
 #[derive(Debug, Clone, PartialEq, Eq)]

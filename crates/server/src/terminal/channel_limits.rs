@@ -20,8 +20,8 @@ use std::net::IpAddr;
 use uuid::Uuid;
 
 use crate::clock::UnixMillis;
-use crate::http::AppState;
 use crate::ratelimit::RetryAfter;
+use crate::state::AppState;
 
 /// The close text of 4008: `retry_after=<seconds>` (whole seconds, at least 1).
 pub fn close_text(retry: RetryAfter) -> String {

@@ -76,7 +76,7 @@ use crate::clock::{UnixMillis, millis};
 use crate::db::{self, Db, DbError, Engine, UnitOfWork};
 use crate::events::{Audience, DurableEvent, EventKind};
 use crate::hosts::{self, DenyReason, Host, HostError, pairing};
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::login_sessions::ClientComponent;
 use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::step_up::{self, StepUpMethod, StepUpRefusal};
@@ -84,6 +84,7 @@ use crate::identity::{ForbiddenReason, IdentityError};
 use crate::pepper::PepperPurpose;
 use crate::permissions::authorize::{self, Action, Authorized, Denial, authorize_audited};
 use crate::ratelimit::RetryAfter;
+use crate::state::AppState;
 
 /// The largest `columns` and `rows` of an opening (a terminal size in cells).
 pub const SIZE_MAX: u32 = 10_000;

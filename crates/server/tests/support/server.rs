@@ -20,7 +20,7 @@ use bothy_server::app::{App, StartError};
 use bothy_server::clock::ManualClock;
 use bothy_server::config::Config;
 use bothy_server::db::Engine;
-use bothy_server::http::AppState;
+use bothy_server::state::AppState;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 use tokio::net::TcpListener;

@@ -35,8 +35,9 @@ use crate::audit::{
 use crate::db::{self, DbError};
 use crate::http::api_doc::{Internal, Problem, Unauthenticated, Unavailable};
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::principal::Principal;
+use crate::state::AppState;
 
 /// The page size without `limit`.
 pub const DEFAULT_LIMIT: u32 = 100;

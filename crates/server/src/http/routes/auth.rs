@@ -46,7 +46,7 @@ use crate::http::api_doc::{
     Unavailable, UnsupportedMediaType, ValidationFailed,
 };
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::console;
 use crate::identity::devices::DeviceName;
 use crate::identity::login_sessions::{self, ClientComponent, SecondFactor};
@@ -55,6 +55,7 @@ use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::step_up::{self, StepUpMethod, StepUpRefusal};
 use crate::identity::totp::TotpCode;
 use crate::identity::{IdentityError, PrincipalKind, Role, enrollment};
+use crate::state::AppState;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -20,8 +20,9 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::db::DbError;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::IdentityError;
+use crate::state::AppState;
 
 /// The largest request body these routes read.
 pub const BODY_MAX_BYTES: usize = 16 * 1024;

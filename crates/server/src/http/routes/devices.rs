@@ -15,11 +15,12 @@ use utoipa_axum::routes;
 
 use super::body::{path_id, read_conn};
 use crate::audit::AuditAction;
+use crate::http::ApiError;
 use crate::http::api_doc::{Internal, NotFound, Problem, Unauthenticated, Unavailable};
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState};
 use crate::identity::devices;
 use crate::identity::principal::Principal;
+use crate::state::AppState;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -75,12 +75,13 @@ use crate::audit::AuditAction;
 use crate::events::{self, Audience, Delivery, EventPosition, EventsError};
 use crate::http::api_doc::{Internal, Problem, Unauthenticated, Unavailable};
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::principal::{self, PersonPrincipal, Principal};
 use crate::identity::{AuthFailure, IdentityError};
 use crate::metrics::Metrics;
 use crate::permissions::authorize::may_read_host;
 use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
+use crate::state::AppState;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

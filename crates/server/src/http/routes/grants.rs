@@ -28,9 +28,10 @@ use crate::http::api_doc::{
     UnsupportedMediaType,
 };
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::principal::Principal;
 use crate::permissions::grants::{self, NewGrant, PreviewHint, RecipientKind};
+use crate::state::AppState;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

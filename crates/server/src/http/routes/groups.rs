@@ -33,12 +33,13 @@ use crate::http::api_doc::{
     UnsupportedMediaType,
 };
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::IdentityError;
 use crate::identity::groups::{self, Group};
 use crate::identity::persons::Username;
 use crate::identity::principal::Principal;
 use crate::permissions::grants;
+use crate::state::AppState;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -14,7 +14,8 @@ use utoipa_axum::routes;
 use super::body::ClientAddr;
 use crate::http::api_doc::{Internal, Problem};
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
+use crate::state::AppState;
 use crate::terminal::control;
 
 /// The routes of this file.

@@ -38,8 +38,9 @@ use crate::http::api_doc::{
 };
 use crate::http::precondition::{check_if_match, etag};
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::principal::Principal;
+use crate::state::AppState;
 use crate::terminal::links::ControlSignal;
 
 /// The routes of this file.

@@ -49,9 +49,10 @@ use crate::http::api_doc::{
 use crate::http::idempotency::{self, IdempotencyKey};
 use crate::http::precondition::{check_if_match, etag};
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::permissions::authorize::may_read_host;
+use crate::state::AppState;
 use crate::terminal::links::ControlSignal;
 
 /// The routes of this file. The aggregation of host.pair refusals lives as

@@ -42,7 +42,7 @@ pub mod tokens;
 
 use utoipa_axum::router::OpenApiRouter;
 
-use super::AppState;
+use crate::state::AppState;
 
 /// Every route of this module, with its OpenAPI operations.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -29,17 +29,18 @@ use super::auth::{charged, gate, step_up_charged};
 use super::body::{ClientAddr, JsonBody};
 use crate::audit::AuditAction;
 use crate::db;
+use crate::http::ApiError;
 use crate::http::api_doc::{
     Internal, PayloadTooLarge, Problem, RateLimited, Unavailable, UnsupportedMediaType,
     ValidationFailed,
 };
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState};
 use crate::identity::console::{self, ConsoleLogin};
 use crate::identity::passkey::{self, Started};
 use crate::identity::password::Password;
 use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::step_up::CreatedStepUp;
+use crate::state::AppState;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -27,11 +27,12 @@ use crate::http::api_doc::{
     UnsupportedMediaType, ValidationFailed,
 };
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::admin::{PersonRef, RoleAuthority};
 use crate::identity::persons::{self, Username};
 use crate::identity::principal::Principal;
 use crate::identity::{PersonStatus, Role, admin};
+use crate::state::AppState;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -34,8 +34,9 @@ use crate::http::api_doc::{
     UnsupportedMediaType,
 };
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::principal::Principal;
+use crate::state::AppState;
 use crate::terminal::sessions::{
     self, AttachRequest, DeviceProof, OpenRequest, SIZE_MAX, SessionError,
 };

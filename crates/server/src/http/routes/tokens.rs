@@ -23,10 +23,11 @@ use crate::http::api_doc::{
     UnsupportedMediaType,
 };
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, AppState, ProblemCode};
+use crate::http::{ApiError, ProblemCode};
 use crate::identity::PrincipalKind;
 use crate::identity::api_tokens::{self, ServiceName, TokenFor};
 use crate::identity::principal::Principal;
+use crate::state::AppState;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

@@ -90,9 +90,9 @@ use crate::events::{
     Audience, Delivery, EphemeralEvent, EphemeralKind, EventKind, EventsError, Subscription,
 };
 use crate::hosts::{self, Host};
-use crate::http::AppState;
 use crate::ratelimit::RetryAfter;
 use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
+use crate::state::AppState;
 use crate::terminal::channel_limits;
 use crate::terminal::host_auth::{self, HostAuthRefusal};
 use crate::terminal::links::ControlSignal;

@@ -80,7 +80,7 @@ use uuid::Uuid;
 use self::pipe::{PipeReceiver, PipeSender};
 use crate::clock::{UnixMillis, millis};
 use crate::events::{Delivery, EventKind, EventsError};
-use crate::http::AppState;
+use crate::state::AppState;
 
 /// How often the relay looks at its clocks (open deadlines, stalls, limits,
 /// counters). The deadlines themselves are on the server's clock, so a test

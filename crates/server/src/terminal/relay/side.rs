@@ -26,8 +26,8 @@ use uuid::Uuid;
 use super::pipe::{PipeReceiver, PipeSender};
 use super::{Command, Joined, Leave, Side, TICK};
 use crate::clock::millis;
-use crate::http::AppState;
 use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
+use crate::state::AppState;
 
 /// How the loop ended.
 enum End {

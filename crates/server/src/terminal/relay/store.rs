@@ -15,7 +15,7 @@ use super::{Limits, Stats};
 use crate::clock::UnixMillis;
 use crate::db::{self, DbError};
 use crate::events::{Audience, DurableEvent, EventKind};
-use crate::http::AppState;
+use crate::state::AppState;
 use crate::terminal::{EndScope, end};
 
 /// A session row as the relay needs it.
