@@ -9,6 +9,8 @@
 //! server's `title` is the HTTP reason phrase and is never shown.
 
 use bothy_net::{Connector, Method, NetError, ServerUrl};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::ClientError;
@@ -412,27 +414,6 @@ impl Api {
         list_of(&answer, key)
     }
 
-    /// Every page of a list that pages by a cursor (`next` in the answer,
-    /// `after=` in the next request), in order.
-    pub async fn list_pages(&self, path: &str, key: &str) -> Result<Vec<Value>, ClientError> {
-        let joiner = if path.contains('?') { '&' } else { '?' };
-        let mut all = Vec::new();
-        let mut after: Option<String> = None;
-        loop {
-            let page_path = match &after {
-                Some(cursor) => format!("{path}{joiner}after={cursor}"),
-                None => path.to_owned(),
-            };
-            let answer = self.get(&page_path).await?;
-            all.extend(list_of(&answer, key)?);
-            match answer.get("next").and_then(Value::as_str) {
-                // A cursor that does not move would loop for ever.
-                Some(next) if after.as_deref() != Some(next) => after = Some(next.to_owned()),
-                _ => return Ok(all),
-            }
-        }
-    }
-
     /// `GET path` with the `ETag` of the answer (a host's version).
     pub async fn get_versioned(&self, path: &str) -> Result<(Value, String), ClientError> {
         let (value, etag) = self.call(Method::GET, path, &[], None).await?;
@@ -451,6 +432,27 @@ impl Api {
     /// `POST path` without a body.
     pub async fn post_empty(&self, path: &str) -> Result<Value, ClientError> {
         Ok(self.call(Method::POST, path, &[], None).await?.0)
+    }
+
+    /// `GET path`, the answer read as a type of `bothy-api`.
+    pub async fn get_as<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        typed(self.get(path).await?)
+    }
+
+    /// `POST path` with a body of `bothy-api`, the answer read as `T`.
+    pub async fn post_as<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_value(body)
+            .map_err(|_| ClientError::Protocol("a request that does not encode".into()))?;
+        typed(self.post(path, &body).await?)
+    }
+
+    /// `POST path` without a body, the answer read as `T`.
+    pub async fn post_empty_as<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        typed(self.post_empty(path).await?)
     }
 
     /// `method path` with a JSON body and `If-Match: etag`.
@@ -514,6 +516,17 @@ fn list_of(answer: &Value, key: &str) -> Result<Vec<Value>, ClientError> {
             let item = key.strip_suffix('s').unwrap_or(key);
             ClientError::Protocol(format!("the {item} list lacks {key}"))
         })
+}
+
+/// An answer read as a type of `bothy-api`. The error names what is wrong
+/// with the form, never a value of the answer (it may hold a token).
+fn typed<T: DeserializeOwned>(value: Value) -> Result<T, ClientError> {
+    serde_json::from_value(value).map_err(|error| {
+        ClientError::Protocol(format!(
+            "an answer of the wrong form ({:?})",
+            error.classify()
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -23,19 +23,24 @@
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use uuid::Uuid;
 
+use bothy_api::terminal::{
+    AttachChallenge, AttachTerminalSessionRequest, DeviceProof, OpenTerminalSessionRequest,
+    TerminalSession, TerminalSessionGrant,
+};
 use bothy_noise::EphemeralKey;
 use bothy_proto::b64;
 use bothy_proto::jws::ephemeral_key_hash;
+use bothy_proto::stream;
 
 use crate::api::Api;
 use crate::cli::Alive;
 use crate::close::Reaction;
 use crate::commands::{
     TRIES, check_foreign_assignee, check_pin, color_enabled, list_sessions, logged_in, offered_pin,
-    resolve_host, resolve_session, step_up, step_up_id, totp_form, uuid_of,
+    resolve_host, resolve_session, session_uuid, step_up, step_up_id, totp_form, uuid_of,
 };
 use crate::dirs::Dirs;
 use crate::error::{ClientError, EXIT_SESSION_FAILURE};
@@ -67,21 +72,22 @@ pub async fn open(
     check_foreign_assignee(&api, &host).await?;
     let step_up_id = step_up(&api).await?;
     let ephemeral = new_ephemeral()?;
-    let mut body = grant_body(&ephemeral, pin_changed);
-    body["step_up_id"] = json!(step_up_id);
     let size = crate::tty::window_size();
-    body["profile"] = json!(profile);
-    body["columns"] = json!(size.columns());
-    body["rows"] = json!(size.rows());
-    if let Some(index) = workdir {
-        body["workdir_index"] = json!(index);
-    }
+    let body = OpenTerminalSessionRequest {
+        profile: profile.to_owned(),
+        columns: size.columns().into(),
+        rows: size.rows().into(),
+        client_ephemeral_key_hash: ephemeral_hash(&ephemeral),
+        workdir_index: workdir,
+        step_up_id: Some(step_up_id),
+        pin_changed: pin_changed.then_some(true),
+    };
     let spinner = Spinner::start("opening the session");
-    let answer = api
-        .post(&format!("/api/v1/hosts/{host_id}/terminal/sessions"), &body)
+    let answer: Result<TerminalSessionGrant, _> = api
+        .post_as(&format!("/api/v1/hosts/{host_id}/terminal/sessions"), &body)
         .await;
     drop(spinner);
-    let grant = Grant::from_json(&answer?)?;
+    let grant = Grant::from_api(&answer?)?;
     let session = Session {
         dirs,
         stored: &stored,
@@ -114,12 +120,12 @@ pub async fn attach(
             ));
         }
     };
-    let session_id = uuid_of(&row, "session_id")?;
-    let state = row.get("state").and_then(Value::as_str).unwrap_or("-");
-    if state == "closed" {
+    let session_id = session_uuid(&row)?;
+    if row.is_closed() {
         return Err(ClientError::Stream(closed_end(&row)));
     }
-    let host_id = uuid_of(&row, "host_id")?;
+    let host_id = Uuid::parse_str(&row.host_id)
+        .map_err(|_| ClientError::Protocol("a host_id that is no UUID".into()))?;
     let host = api.get(&format!("/api/v1/hosts/{host_id}")).await?;
     let host = host.get("host").cloned().unwrap_or(host);
     let offered = offered_pin(&host)?;
@@ -134,17 +140,15 @@ pub async fn attach(
         alive,
     };
     let ephemeral = new_ephemeral()?;
-    let mut body = grant_body(&ephemeral, pin_changed);
+    let mut body = attach_body(&ephemeral, pin_changed);
     let mut grant = None;
-    if state == "detached" {
+    if row.state == "detached" {
         session.prove(&mut body, &ephemeral).await?;
         match session.attach_grant(&body).await {
             Ok(quick) => grant = Some(quick),
             // Not the same device and login, or the window has passed.
             Err(ClientError::Problem(problem)) if problem.is("step_up_required", None) => {
-                if let Some(object) = body.as_object_mut() {
-                    object.remove("device_proof");
-                }
+                body.device_proof = None;
             }
             Err(e) => return Err(e),
         }
@@ -152,7 +156,7 @@ pub async fn attach(
     let grant = match grant {
         Some(grant) => grant,
         None => {
-            body["step_up_id"] = json!(step_up(&api).await?);
+            body.step_up_id = Some(step_up(&api).await?);
             session.attach_grant(&body).await?
         }
     };
@@ -160,15 +164,15 @@ pub async fn attach(
 }
 
 /// The person's only detached session (on the host `host`, when named).
-async fn only_detached(api: &Api, host: Option<&str>) -> Result<Value, ClientError> {
+async fn only_detached(api: &Api, host: Option<&str>) -> Result<TerminalSession, ClientError> {
     let host_id = match host {
         Some(wanted) => Some(uuid_of(&resolve_host(api, wanted).await?, "id")?),
         None => None,
     };
-    let detached: Vec<Value> = list_sessions(api, host_id, false, 200)
+    let detached: Vec<TerminalSession> = list_sessions(api, host_id, false, 200)
         .await?
         .into_iter()
-        .filter(|s| s.get("state").and_then(Value::as_str) == Some("detached"))
+        .filter(|s| s.state == "detached")
         .collect();
     match detached.as_slice() {
         [one] => Ok(one.clone()),
@@ -179,8 +183,7 @@ async fn only_detached(api: &Api, host: Option<&str>) -> Result<Value, ClientErr
         several => {
             let ids: Vec<&str> = several
                 .iter()
-                .filter_map(|s| s.get("session_id").and_then(Value::as_str))
-                .map(crate::display::short_id)
+                .map(|s| crate::display::short_id(&s.session_id))
                 .collect();
             Err(ClientError::Usage(format!(
                 "you have {} detached sessions ({}): name one (bothy attach SESSION)",
@@ -192,14 +195,10 @@ async fn only_detached(api: &Api, host: Option<&str>) -> Result<Value, ClientErr
 }
 
 /// The end of a closed session's row, as the stream would have said it.
-fn closed_end(row: &Value) -> crate::close::StreamEnd {
+fn closed_end(row: &TerminalSession) -> crate::close::StreamEnd {
     crate::close::StreamEnd {
         code: bothy_proto::codes::CloseCode::TerminalClosed.as_u16(),
-        reason: row
-            .get("close_reason")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned(),
+        reason: row.close_reason.clone().unwrap_or_default(),
     }
 }
 
@@ -209,14 +208,20 @@ fn new_ephemeral() -> Result<EphemeralKey, ClientError> {
 }
 
 /// `client_ephemeral_key_hash` and, after a confirmed key change, `pin_changed`.
-fn grant_body(ephemeral: &EphemeralKey, pin_changed: bool) -> Value {
-    let mut body = json!({
-        "client_ephemeral_key_hash": b64::encode(&ephemeral_key_hash(&ephemeral.public())),
-    });
-    if pin_changed {
-        body["pin_changed"] = json!(true);
+/// base64url of SHA-256 of the ephemeral key (6.1 step 1).
+fn ephemeral_hash(ephemeral: &EphemeralKey) -> String {
+    b64::encode(&ephemeral_key_hash(&ephemeral.public()))
+}
+
+/// The body of an attach with the new ephemeral key; the step-up or the
+/// device's proof is added by the caller.
+fn attach_body(ephemeral: &EphemeralKey, pin_changed: bool) -> AttachTerminalSessionRequest {
+    AttachTerminalSessionRequest {
+        client_ephemeral_key_hash: ephemeral_hash(ephemeral),
+        step_up_id: None,
+        device_proof: None,
+        pin_changed: pin_changed.then_some(true),
     }
-    body
 }
 
 /// The pin check of 5.5 for `host_id` (before any step-up).
@@ -236,17 +241,6 @@ fn pin_check(
     )
 }
 
-/// The text the device key signs for a quick reattach (the server's
-/// `proof_message`): a label, the session, the nonce and the new
-/// `client_ephemeral_key_hash`, one per line.
-pub fn proof_message(session_id: Uuid, nonce: &str, client_ephemeral_key_hash: &str) -> Vec<u8> {
-    format!(
-        "bothy.v1.quick_reattach\n{}\n{nonce}\n{client_ephemeral_key_hash}",
-        session_id.hyphenated()
-    )
-    .into_bytes()
-}
-
 /// One session of this client and what it needs to keep it attached.
 struct Session<'a> {
     dirs: &'a Dirs,
@@ -262,38 +256,46 @@ struct Session<'a> {
 impl Session<'_> {
     /// Adds `device_proof` for the quick path: the server's nonce signed
     /// with this device's key.
-    async fn prove(&self, body: &mut Value, ephemeral: &EphemeralKey) -> Result<(), ClientError> {
+    async fn prove(
+        &self,
+        body: &mut AttachTerminalSessionRequest,
+        ephemeral: &EphemeralKey,
+    ) -> Result<(), ClientError> {
         let session_id = self.session_id;
-        let challenge = self
+        let challenge: AttachChallenge = self
             .api
-            .post_empty(&format!(
+            .post_empty_as(&format!(
                 "/api/v1/terminal/sessions/{session_id}/attach-challenge"
             ))
             .await?;
-        let nonce = challenge
-            .get("nonce")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ClientError::Protocol("a challenge without nonce".into()))?;
+        let nonce = challenge.nonce.as_str();
         let device_key = login::device_key(self.dirs)?;
         let signing = ed25519_dalek::SigningKey::from_bytes(device_key.seed());
         let cek = b64::encode(&ephemeral_key_hash(&ephemeral.public()));
         use ed25519_dalek::Signer;
-        let signature = signing.sign(&proof_message(session_id, nonce, &cek));
-        body["device_proof"] =
-            json!({"nonce": nonce, "signature": b64::encode(&signature.to_bytes())});
+        let signature = signing.sign(&stream::quick_reattach_proof_message(
+            session_id, nonce, &cek,
+        ));
+        body.device_proof = Some(DeviceProof {
+            nonce: nonce.to_owned(),
+            signature: b64::encode(&signature.to_bytes()),
+        });
         Ok(())
     }
 
     /// terminal.attach (6.2) with `body`; the grant.
-    async fn attach_grant(&self, body: &Value) -> Result<Grant, ClientError> {
-        let answer = self
+    async fn attach_grant(
+        &self,
+        body: &AttachTerminalSessionRequest,
+    ) -> Result<Grant, ClientError> {
+        let answer: TerminalSessionGrant = self
             .api
-            .post(
+            .post_as(
                 &format!("/api/v1/terminal/sessions/{}/attach", self.session_id),
                 body,
             )
             .await?;
-        Grant::from_json(&answer)
+        Grant::from_api(&answer)
     }
 
     /// Checks the grant's key against the one the pin check saw, runs the
@@ -379,9 +381,9 @@ impl Session<'_> {
             let ephemeral = new_ephemeral()?;
             let result = async {
                 self.wait_detached(deadline).await?;
-                let mut body = grant_body(&ephemeral, false);
+                let mut body = attach_body(&ephemeral, false);
                 match &step_up {
-                    Some(id) => body["step_up_id"] = json!(id),
+                    Some(id) => body.step_up_id = Some(id.clone()),
                     None => self.prove(&mut body, &ephemeral).await?,
                 }
                 let grant = self.attach_grant(&body).await?;
@@ -448,13 +450,13 @@ impl Session<'_> {
     async fn wait_detached(&self, deadline: tokio::time::Instant) -> Result<(), ClientError> {
         let mut pause = Duration::from_millis(50);
         loop {
-            let row = self
+            let row: TerminalSession = self
                 .api
-                .get(&format!("/api/v1/terminal/sessions/{}", self.session_id))
+                .get_as(&format!("/api/v1/terminal/sessions/{}", self.session_id))
                 .await?;
-            match row.get("state").and_then(Value::as_str) {
-                Some("detached") => return Ok(()),
-                Some("closed") => return Err(ClientError::Stream(closed_end(&row))),
+            match row.state.as_str() {
+                "detached" => return Ok(()),
+                "closed" => return Err(ClientError::Stream(closed_end(&row))),
                 _ if tokio::time::Instant::now() >= deadline => return Ok(()),
                 _ => {
                     tokio::time::sleep(pause).await;

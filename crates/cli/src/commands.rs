@@ -7,6 +7,7 @@ use std::io::IsTerminal;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use bothy_api::terminal::{ClosedTerminalSession, TerminalSession, TerminalSessionList};
 use bothy_net::ServerUrl;
 
 use crate::api::Api;
@@ -644,7 +645,7 @@ pub(crate) async fn list_sessions(
     host_id: Option<Uuid>,
     all: bool,
     page_size: u32,
-) -> Result<Vec<Value>, ClientError> {
+) -> Result<Vec<TerminalSession>, ClientError> {
     let mut path = format!("/api/v1/terminal/sessions?limit={page_size}");
     if !all {
         path.push_str("&state=open");
@@ -652,16 +653,41 @@ pub(crate) async fn list_sessions(
     if let Some(host_id) = host_id {
         path.push_str(&format!("&host_id={host_id}"));
     }
-    api.list_pages(&path, "sessions").await
+    // Every page, by the cursor (`next` in the answer, `after=` in the next
+    // request), in order.
+    let mut all = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page_path = match &after {
+            Some(cursor) => format!("{path}&after={cursor}"),
+            None => path.clone(),
+        };
+        let page: TerminalSessionList = api.get_as(&page_path).await?;
+        all.extend(page.sessions);
+        match page.next {
+            // A cursor that does not move would loop for ever.
+            Some(next) if after.as_deref() != Some(next.as_str()) => after = Some(next),
+            _ => return Ok(all),
+        }
+    }
+}
+
+/// The ID of a session of an answer.
+pub(crate) fn session_uuid(session: &TerminalSession) -> Result<Uuid, ClientError> {
+    Uuid::parse_str(&session.session_id)
+        .map_err(|_| ClientError::Protocol("a session_id that is no UUID".into()))
 }
 
 /// The session a person named on the command line: a whole ID (any session
 /// the person may read), or the start of the ID of one of their open
 /// sessions (at least [`MIN_PREFIX_CHARS`], one match only).
-pub(crate) async fn resolve_session(api: &Api, typed: &str) -> Result<Value, ClientError> {
+pub(crate) async fn resolve_session(
+    api: &Api,
+    typed: &str,
+) -> Result<TerminalSession, ClientError> {
     let typed = typed.trim();
     if let Ok(id) = Uuid::parse_str(typed) {
-        return api.get(&format!("/api/v1/terminal/sessions/{id}")).await;
+        return api.get_as(&format!("/api/v1/terminal/sessions/{id}")).await;
     }
     let is_prefix = typed.len() >= MIN_PREFIX_CHARS
         && typed.len() < 36
@@ -673,13 +699,9 @@ pub(crate) async fn resolve_session(api: &Api, typed: &str) -> Result<Value, Cli
     }
     let wanted = typed.to_ascii_lowercase();
     let sessions = list_sessions(api, None, false, 200).await?;
-    let matching: Vec<&Value> = sessions
+    let matching: Vec<&TerminalSession> = sessions
         .iter()
-        .filter(|s| {
-            s.get("session_id")
-                .and_then(Value::as_str)
-                .is_some_and(|id| id.starts_with(&wanted))
-        })
+        .filter(|s| s.session_id.starts_with(&wanted))
         .collect();
     match matching.as_slice() {
         [one] => Ok((*one).clone()),
@@ -687,10 +709,7 @@ pub(crate) async fn resolve_session(api: &Api, typed: &str) -> Result<Value, Cli
             "none of your open sessions starts with {typed}"
         ))),
         several => {
-            let ids: Vec<&str> = several
-                .iter()
-                .filter_map(|s| s.get("session_id").and_then(Value::as_str))
-                .collect();
+            let ids: Vec<&str> = several.iter().map(|s| s.session_id.as_str()).collect();
             Err(ClientError::Usage(format!(
                 "{typed} is the start of several sessions ({}): type more of the ID",
                 ids.join(", ")
@@ -716,23 +735,23 @@ async fn sessions(
         Some(wanted) => Some(uuid_of(&resolve_host(&api, wanted).await?, "id")?),
         None => None,
     };
-    let mut sessions = list_sessions(&api, host_id, all, page_size).await?;
-    let host_of = |session: &Value| {
-        let id = session.get("host_id").and_then(Value::as_str);
-        hosts
-            .iter()
-            .find(|h| h.get("id").and_then(Value::as_str) == id)
-            .cloned()
-    };
+    let sessions = list_sessions(&api, host_id, all, page_size).await?;
     if as_json {
-        for session in &mut sessions {
-            let name = host_of(session)
-                .and_then(|h| h.get("name").and_then(Value::as_str).map(str::to_owned));
-            if let Some(object) = session.as_object_mut() {
-                object.insert("host_name".into(), json!(name));
-            }
-        }
-        print_json(Value::Array(sessions));
+        let named: Vec<Value> = sessions
+            .iter()
+            .map(|session| {
+                let name = hosts
+                    .iter()
+                    .find(|h| h.get("id").and_then(Value::as_str) == Some(&session.host_id))
+                    .and_then(|h| h.get("name").and_then(Value::as_str));
+                let mut row = serde_json::to_value(session).unwrap_or(Value::Null);
+                if let Some(object) = row.as_object_mut() {
+                    object.insert("host_name".into(), json!(name));
+                }
+                row
+            })
+            .collect();
+        print_json(Value::Array(named));
         return Ok(EXIT_OK);
     }
     if sessions.is_empty() {
@@ -742,10 +761,7 @@ async fn sessions(
     }
     let mut host_ids: Vec<&str> = Vec::new();
     for session in &sessions {
-        let id = session
-            .get("host_id")
-            .and_then(Value::as_str)
-            .unwrap_or("-");
+        let id = session.host_id.as_str();
         if !host_ids.contains(&id) {
             host_ids.push(id);
         }
@@ -771,33 +787,24 @@ async fn sessions(
             "  {:<8}  {:<8}  {:<8}  {:<19}  {:<6}{ended_column}",
             "SESSION", "STATE", "PROFILE", "STARTED (UTC)", "LEFT"
         );
-        for session in sessions
-            .iter()
-            .filter(|s| s.get("host_id").and_then(Value::as_str) == Some(host_id))
-        {
-            let text = |key: &str| session.get(key).and_then(Value::as_str).unwrap_or("-");
-            let started = session
-                .get("started_at")
-                .or_else(|| session.get("created_at"))
-                .and_then(Value::as_i64)
-                .map(format_time)
-                .unwrap_or_else(|| "-".into());
-            let closed = text("state") == "closed";
-            let left = match session.get("remaining_ms").and_then(Value::as_i64) {
-                Some(_) if closed => "-".to_owned(),
-                Some(ms) => format_duration(ms),
-                None => "-".into(),
+        for session in sessions.iter().filter(|s| s.host_id == host_id) {
+            let started = format_time(session.started_at.unwrap_or(session.created_at));
+            let closed = session.is_closed();
+            let left = if closed {
+                "-".to_owned()
+            } else {
+                format_duration(session.remaining_ms)
             };
             let ended = if all && closed {
-                format!("  {}", text("close_reason"))
+                format!("  {}", session.close_reason.as_deref().unwrap_or("-"))
             } else {
                 String::new()
             };
             println!(
                 "  {:<8}  {:<8}  {:<8}  {:<19}  {:<6}{ended}",
-                short_id(text("session_id")),
-                text("state"),
-                text("profile"),
+                short_id(&session.session_id),
+                session.state,
+                session.profile,
                 started,
                 left,
             );
@@ -809,15 +816,11 @@ async fn sessions(
 async fn close(dirs: &Dirs, session: &str) -> Result<i32, ClientError> {
     let (_, api) = logged_in(dirs)?;
     let row = resolve_session(&api, session).await?;
-    let session_id = uuid_of(&row, "session_id")?;
-    let answer = api
-        .post_empty(&format!("/api/v1/terminal/sessions/{session_id}/close"))
+    let session_id = session_uuid(&row)?;
+    let closed: ClosedTerminalSession = api
+        .post_empty_as(&format!("/api/v1/terminal/sessions/{session_id}/close"))
         .await?;
-    let reason = answer
-        .get("close_reason")
-        .and_then(Value::as_str)
-        .unwrap_or("-");
-    println!("Session {session_id} closed ({reason}).");
+    println!("Session {session_id} closed ({}).", closed.close_reason);
     Ok(EXIT_OK)
 }
 

@@ -8,11 +8,11 @@ use std::io::{Read, Write};
 
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
-use serde_json::Value;
 use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
 use zeroize::Zeroizing;
 
+use bothy_api::terminal::TerminalSessionGrant;
 use bothy_net::ServerSocket;
 use bothy_noise::{EphemeralKey, Initiator, MAX_MESSAGE_LEN, Transport};
 use bothy_proto::b64;
@@ -49,29 +49,19 @@ impl std::fmt::Debug for Grant {
 
 impl Grant {
     /// Reads the answer of open or attach.
-    pub fn from_json(body: &Value) -> Result<Grant, ClientError> {
-        let text = |key: &str| {
-            body.get(key)
-                .and_then(Value::as_str)
-                .ok_or_else(|| ClientError::Protocol(format!("the grant lacks {key}")))
-        };
-        let session_id = Uuid::parse_str(text("session_id")?)
+    pub fn from_api(grant: &TerminalSessionGrant) -> Result<Grant, ClientError> {
+        let session_id = Uuid::parse_str(&grant.session_id)
             .map_err(|_| ClientError::Protocol("a session_id that is no UUID".into()))?;
-        let key_text = text("noise_public_key")?;
-        let noise_public_key = b64::decode_array(key_text)
+        let noise_public_key = b64::decode_array(&grant.noise_public_key)
             .map_err(|_| ClientError::Protocol("a noise_public_key of the wrong form".into()))?;
-        let key_generation = body
-            .get("key_generation")
-            .and_then(Value::as_i64)
-            .ok_or_else(|| ClientError::Protocol("the grant lacks key_generation".into()))?;
         Ok(Grant {
             session_id,
-            token: Zeroizing::new(text("token")?.to_owned()),
+            token: Zeroizing::new(grant.token.clone()),
             noise_public_key,
             pin: Pin {
-                noise_public_key: key_text.to_owned(),
-                key_generation,
-                key_fingerprint: text("key_fingerprint")?.to_owned(),
+                noise_public_key: grant.noise_public_key.clone(),
+                key_generation: grant.key_generation,
+                key_fingerprint: grant.key_fingerprint.clone(),
             },
         })
     }

@@ -33,6 +33,22 @@ pub fn stream_path(session_id: &Uuid) -> String {
     )
 }
 
+/// The text a device key signs for a quick reattach (6.2, D-71): a fixed
+/// label, the session (hyphenated, lower case), the nonce of the server's
+/// attach challenge and the new `client_ephemeral_key_hash`, one per line. The
+/// server verifies exactly these bytes; the CLI and the console sign them.
+pub fn quick_reattach_proof_message(
+    session_id: Uuid,
+    nonce: &str,
+    client_ephemeral_key_hash: &str,
+) -> Vec<u8> {
+    format!(
+        "bothy.v1.quick_reattach\n{}\n{nonce}\n{client_ephemeral_key_hash}",
+        session_id.hyphenated()
+    )
+    .into_bytes()
+}
+
 /// `identify` of the device. `Debug` does not show the token.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Identify {
@@ -174,6 +190,15 @@ impl ServerMessage {
 mod tests {
     use super::*;
     use crate::json::{JsonError, JsonType};
+
+    #[test]
+    fn the_quick_reattach_proof_binds_session_nonce_and_key_hash() {
+        let message = quick_reattach_proof_message(Uuid::from_u128(1), "n", "k");
+        assert_eq!(
+            String::from_utf8(message).unwrap(),
+            "bothy.v1.quick_reattach\n00000000-0000-0000-0000-000000000001\nn\nk"
+        );
+    }
 
     const MAX: usize = 4096;
     const SID: &str = "0192f5c4-7d3a-7b2e-9f00-1234567890ab";

@@ -17,12 +17,14 @@
 //! - [`audit`]: typed audit entries (10.1) — no free text that could carry content.
 //! - [`events`]: the durable event log with monotonically increasing positions,
 //!   ephemeral events, and the log tail that hands committed events to subscribers.
-//! - [`http`]: the axum router, `application/problem+json` errors, health and
-//!   readiness, the REST routes, and [`http::serve`] on a given listener with a
-//!   shutdown future.
+//! - [`http`]: the axum router, `application/problem+json` errors with the one
+//!   mapping of the domain's errors to problems (`http/problem`), the
+//!   principal extractor (`http/extract.rs`), health and readiness, the REST
+//!   routes, and [`http::serve`] on a given listener with a shutdown future.
 //! - [`identity`]: principals (person, agent, app), groups, enrollment, argon2id
 //!   passwords, TOTP, login sessions and devices, step-up, API tokens, and the
-//!   bearer [`identity::principal::Principal`] (DESIGN 3.1).
+//!   authentication of a credential to a [`identity::principal::Principal`]
+//!   (DESIGN 3.1).
 //! - [`metrics`]: the Prometheus registry of the process (`/metrics`): counters
 //!   and gauges whose labels are codes only, never IDs or names (10.4).
 //! - [`pepper`]: the server pepper, the key of every stored token and code HMAC.
@@ -37,7 +39,18 @@
 //!   session-user assignments and the LLM declaration (spec 3, 2.2, 7.2).
 //! - [`permissions`]: grants on hosts, the one `authorize` (SR10, SR11 = I6,
 //!   SR12), the I6 check of every rights change, the permission version.
-//! - [`terminal`]: terminal sessions; for now the one end function (8.3).
+//! - [`revocation`]: the one end function (8.3) that identity, hosts,
+//!   permissions and terminal call in the unit of work of their change.
+//! - [`terminal`]: terminal sessions (open, attach, close, reads), signing keys
+//!   and tokens, the host's control connection, the relay with the logins of
+//!   its two WebSocket sides, the channel limits and the sweep.
+//!
+//! # Layers
+//! The domain modules (`identity`, `hosts`, `permissions`, `terminal`,
+//! `revocation`) return their own errors and know nothing of HTTP: no
+//! `crate::http`, no `ApiError` (checked by `tests/layers.rs`). `http` maps
+//! their errors to problems; `db` stores data, audit, events and idempotency
+//! keys; `state` holds the services both sides reach.
 //! - [`tls`]: rustls from cert/key files, or a CA and server certificate the server
 //!   creates in its data directory on first start.
 #![forbid(unsafe_code)]
@@ -56,6 +69,7 @@ pub mod metrics;
 pub mod pepper;
 pub mod permissions;
 pub mod ratelimit;
+pub mod revocation;
 pub mod rlimit;
 pub mod shutdown;
 pub mod state;

@@ -582,21 +582,33 @@ async fn sqlite_deferred_read_then_write_is_busy_but_units_of_work_wait() {
         .fetch_one(uow_a.conn())
         .await
         .unwrap();
+    // The second tells when it is about to begin; it counts the rows and names
+    // its key after the count. With BEGIN IMMEDIATE its count can only happen
+    // after the first unit committed (2 rows: it writes `k2`); a deferred
+    // begin would count 1 while the first still holds its write, then fail
+    // with busy or write `k1`. No fixed wait: the outcome is the proof.
     let b2 = b.clone();
+    let (beginning, begun) = tokio::sync::oneshot::channel();
     let second = tokio::spawn(async move {
+        let _ = beginning.send(());
         let mut uow = b2.begin(NOW).await?;
         let n: i64 = sqlx::query_scalar(count).fetch_one(uow.conn()).await?;
         insert_key(&mut uow, "b", &format!("k{n}")).await?;
         uow.commit().await
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !second.is_finished(),
-        "BEGIN IMMEDIATE did not wait for the writer"
-    );
+    begun.await.unwrap();
     insert_key(&mut uow_a, "a", "k2").await.unwrap();
     uow_a.commit().await.unwrap();
     second.await.unwrap().unwrap();
+    let seconds: String =
+        sqlx::query_scalar("SELECT key FROM idempotency_keys WHERE principal_id = 'b'")
+            .fetch_one(t.db.pool())
+            .await
+            .unwrap();
+    assert_eq!(
+        seconds, "k2",
+        "the second unit of work read before the first committed"
+    );
     assert_eq!(t.count("idempotency_keys").await, 3);
     a.close().await;
     b.close().await;

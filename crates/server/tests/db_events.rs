@@ -408,11 +408,29 @@ async fn postgres_event_writers_serialise_on_the_advisory_lock() {
         uow.event(session_event(1));
         uow.commit().await.unwrap()
     });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(
-        !writer.is_finished(),
-        "the event writer did not take the lock"
-    );
+    // Wait for the event itself: a backend waiting on the advisory lock.
+    // A writer that did not take the lock commits instead, and the wait fails.
+    let waiting = "SELECT COUNT(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted \
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let waiters: i64 = sqlx::query_scalar(waiting)
+                .fetch_one(t.db.pool())
+                .await
+                .unwrap();
+            if waiters > 0 {
+                break;
+            }
+            assert!(
+                !writer.is_finished(),
+                "the event writer did not take the lock"
+            );
+            tokio::task::yield_now().await;
+        }
+    })
+    .await
+    .expect("no writer waits on the event lock");
+    assert!(!writer.is_finished());
     assert_eq!(t.count("events").await, 0);
     holder.commit().await.unwrap();
     let committed = tokio::time::timeout(WAIT, writer).await.unwrap().unwrap();

@@ -9,22 +9,23 @@ mod support;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use bothy_server::db::Engine;
-use bothy_server::http::ProblemCode;
-use bothy_server::http::idempotency::{
-    HEADER, IdempotencyKey, RETENTION_MS, StoredResponse, lookup, request_hash, store,
+use bothy_server::db::idempotency::{
+    IdempotencyKey, RETENTION_MS, StoredResponse, lookup, request_hash, store,
 };
+use bothy_server::http::idempotency::{HEADER, key_from_headers};
+use bothy_server::http::{ApiError, ProblemCode};
 use support::{TestDb, both_engines};
 use uuid::Uuid;
 
 fn key(text: &'static str) -> IdempotencyKey {
     let mut headers = HeaderMap::new();
     headers.insert(HEADER, HeaderValue::from_static(text));
-    IdempotencyKey::from_headers(&headers).unwrap().unwrap()
+    key_from_headers(&headers).unwrap().unwrap()
 }
 
 fn response(body: &str) -> StoredResponse {
     StoredResponse {
-        status: StatusCode::CONFLICT,
+        status: StatusCode::CONFLICT.as_u16(),
         body: body.to_owned(),
     }
 }
@@ -67,11 +68,17 @@ async fn replay_and_reuse(engine: Engine) {
     let error = lookup(&mut uow, principal, &k, "/confirm", &other_hash)
         .await
         .unwrap_err();
-    assert_eq!(error.code(), ProblemCode::IdempotencyKeyReused);
+    assert_eq!(
+        ApiError::from(error).code(),
+        ProblemCode::IdempotencyKeyReused
+    );
     let error = lookup(&mut uow, principal, &k, "/other", &hash)
         .await
         .unwrap_err();
-    assert_eq!(error.code(), ProblemCode::IdempotencyKeyReused);
+    assert_eq!(
+        ApiError::from(error).code(),
+        ProblemCode::IdempotencyKeyReused
+    );
     // Keys are per principal.
     assert_eq!(
         lookup(&mut uow, other, &k, "/confirm", &hash)
@@ -135,9 +142,9 @@ async fn concurrent_first_requests_store_once(engine: Engine) {
             Ok(Some(stored)) => Ok(stored),
             Ok(None) => {
                 let error = store(&mut b, principal, &k, "/r", "h", &response("{\"b\":1}")).await;
-                Err(error.map(|()| "stored twice").unwrap_err().code())
+                Err(ApiError::from(error.map(|()| "stored twice").unwrap_err()).code())
             }
-            Err(error) => Err(error.code()),
+            Err(error) => Err(ApiError::from(error).code()),
         }
     }
     .await;

@@ -1295,9 +1295,9 @@ async fn session_started_and_ended(engine: Engine) {
         .begin(server.clock.now_ms())
         .await
         .unwrap();
-    bothy_server::terminal::end(
+    bothy_server::revocation::end(
         &mut uow,
-        bothy_server::terminal::EndScope::Session(third),
+        bothy_server::revocation::EndScope::Session(third),
         CloseReason::ClosedByOwner,
         None,
     )

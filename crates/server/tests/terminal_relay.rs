@@ -29,7 +29,7 @@ use std::time::Duration;
 use bothy_proto::codes::{CloseDetail, CloseReason};
 use bothy_server::clock::Clock;
 use bothy_server::db::{self, Engine};
-use bothy_server::terminal::{EndScope, end};
+use bothy_server::revocation::{EndScope, end};
 use futures_util::SinkExt;
 use sqlx::Row;
 use tokio_tungstenite::tungstenite::Message;

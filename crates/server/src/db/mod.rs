@@ -64,6 +64,7 @@ use uuid::Uuid;
 use crate::clock::{UnixMillis, millis};
 use crate::events::EphemeralEvent;
 
+pub mod idempotency;
 mod migrate;
 mod uow;
 

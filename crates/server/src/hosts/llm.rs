@@ -27,7 +27,7 @@ use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::hosts::manage::{self, ManagedHost};
 use crate::identity::principal::PersonPrincipal;
 use crate::permissions::i6;
-use crate::terminal::{self, EndScope};
+use crate::revocation::{self, EndScope};
 
 /// A declaration as requested.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +127,7 @@ pub async fn apply_counting(
     // item 3). Everyone but the holder loses their sessions.
     let mut ended = 0;
     if let Some(holder) = holder {
-        ended = terminal::end(
+        ended = revocation::end(
             uow,
             EndScope::HostExceptPerson {
                 host_id: host.id,

@@ -68,7 +68,7 @@ use crate::clock::UnixMillis;
 use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::identity::principal::PersonPrincipal;
 use crate::identity::{IdentityError, Invalid, PersonStatus, Role, persons, step_up};
-use crate::terminal::{self, EndScope};
+use crate::revocation::{self, EndScope};
 
 /// The longest host name, in characters.
 pub const HOST_NAME_MAX_CHARS: usize = 100;
@@ -259,7 +259,7 @@ pub async fn update(
             let mut sessions_ended = 0;
             if let Some(former) = host.assigned_user_id {
                 if !is_active_owner(&mut uow, former).await? {
-                    sessions_ended = terminal::end(
+                    sessions_ended = revocation::end(
                         &mut uow,
                         EndScope::PersonOnHost {
                             host_id: host.id,
@@ -306,7 +306,7 @@ pub async fn update(
         };
         let mut sessions_ended = 0;
         if let Some(close_reason) = close_reason {
-            sessions_ended = terminal::end(&mut uow, EndScope::Host(host.id), close_reason, None)
+            sessions_ended = revocation::end(&mut uow, EndScope::Host(host.id), close_reason, None)
                 .await
                 .map_err(end_error)?
                 .len();

@@ -17,7 +17,7 @@
 //! Every change that takes a host out of `active`, or changes who may have a
 //! terminal on it, raises the permission version
 //! ([`crate::permissions::bump_version`]) and ends the sessions concerned
-//! through the one end function [`crate::terminal::end`], in the same unit of
+//! through the one end function [`crate::revocation::end`], in the same unit of
 //! work.
 
 pub mod llm;
@@ -32,9 +32,9 @@ use uuid::Uuid;
 
 use crate::audit::code_enum;
 use crate::clock::UnixMillis;
+use crate::db::idempotency::IdempotencyError;
 use crate::db::{self, DbError, UnitOfWork};
 use crate::events::{Audience, DurableEvent, EventKind};
-use crate::http::{ApiError, ProblemCode};
 use crate::identity::{IdentityError, Invalid};
 
 /// `hosts.state` (3.1) and `hosts.llm_credentials` (7.2): the wire enums of
@@ -524,9 +524,16 @@ pub enum HostError {
     /// `409 host_unavailable`.
     #[error("host unavailable")]
     HostUnavailable,
-    /// An HTTP-level refusal (If-Match, Idempotency-Key) passed through.
-    #[error("request refused: {}", .0.code().as_str())]
-    Api(ApiError),
+    /// The request body's strict decoding refused it (an unknown, missing,
+    /// duplicate or mistyped member; 400 with its pointer).
+    #[error(transparent)]
+    Json(#[from] bothy_proto::json::JsonError),
+    /// The `If-Match` check of an update refused it (428 / 412).
+    #[error(transparent)]
+    IfMatch(#[from] IfMatchRefusal),
+    /// The idempotency key's storage refused it (422 reused, 409 in flight).
+    #[error(transparent)]
+    Idempotency(#[from] IdempotencyError),
     /// The database failed.
     #[error(transparent)]
     Db(#[from] DbError),
@@ -538,6 +545,18 @@ pub enum HostError {
     Crypto(&'static str),
 }
 
+/// Why the `If-Match` of an update does not let it through (DESIGN 3.4: an
+/// update must name the version it was built on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum IfMatchRefusal {
+    /// No `If-Match` was sent (428 precondition_required).
+    #[error("the update names no version")]
+    Missing,
+    /// Another version, or not one strong entity tag (412 precondition_failed).
+    #[error("the update names another version")]
+    Stale,
+}
+
 impl HostError {
     /// A 400 with one finding.
     pub fn invalid(pointer: impl Into<String>, code: &'static str) -> HostError {
@@ -545,51 +564,9 @@ impl HostError {
     }
 }
 
-impl From<ApiError> for HostError {
-    fn from(error: ApiError) -> Self {
-        HostError::Api(error)
-    }
-}
-
 impl From<bothy_proto::ids::RandomError> for HostError {
     fn from(_: bothy_proto::ids::RandomError) -> Self {
         HostError::Crypto("the random source failed")
-    }
-}
-
-impl From<HostError> for ApiError {
-    fn from(error: HostError) -> Self {
-        match error {
-            HostError::Identity(error) => error.into(),
-            HostError::Invalid(findings) => {
-                let mut api = ApiError::new(ProblemCode::ValidationFailed);
-                for finding in findings {
-                    api = api.with_error(finding.pointer, finding.code);
-                }
-                api
-            }
-            HostError::PairingCodeRefused => ApiError::new(ProblemCode::Unauthenticated),
-            HostError::Forbidden => ApiError::new(ProblemCode::Forbidden),
-            HostError::TerminalDenied(reason) => {
-                ApiError::new(ProblemCode::TerminalDenied).with_reason(reason.as_str())
-            }
-            HostError::NotFound => ApiError::new(ProblemCode::NotFound),
-            HostError::InvalidStateTransition => ApiError::new(ProblemCode::InvalidStateTransition),
-            HostError::Conflict(reason) => {
-                ApiError::new(ProblemCode::Conflict).with_reason(reason.as_str())
-            }
-            HostError::FingerprintMismatch { attempts_remaining } => {
-                ApiError::new(ProblemCode::FingerprintMismatch)
-                    .with_attempts_remaining(attempts_remaining)
-            }
-            HostError::I6Violation => ApiError::new(ProblemCode::I6Violation),
-            HostError::HostUnavailable => ApiError::new(ProblemCode::HostUnavailable),
-            HostError::Api(api) => api,
-            HostError::Db(DbError::Busy(source)) => {
-                ApiError::new(ProblemCode::Unavailable).caused_by(source)
-            }
-            other => ApiError::internal(other),
-        }
     }
 }
 

@@ -48,7 +48,6 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Mutex;
 
-use axum::http::StatusCode;
 use bothy_proto::codes::CloseReason;
 use bothy_proto::fingerprint::{FingerprintError, KeyFingerprint, PrefixMatch, key_fingerprint};
 use bothy_proto::json::Object;
@@ -57,26 +56,26 @@ use bothy_proto::pairing::PairingCode;
 use bothy_proto::report::{
     self, ReportContext, ReportLimits, ReportParts, ReportedProfile, ReportedSessionUser,
 };
-use serde_json::{Value, json};
+use serde_json::Value;
 use sqlx::Row;
 use uuid::Uuid;
 
 use super::llm::{self, Declaration};
 use super::session_users::{self, Assignment, count, end_error, is_assignable_person};
 use super::{
-    Host, HostConflict, HostError, HostState, ManageOperation, check_transition, host_updated,
+    Host, HostConflict, HostError, HostState, IfMatchRefusal, ManageOperation, check_transition,
+    host_updated,
 };
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, Target, TargetKind, code_enum};
 use crate::clock::{UnixMillis, millis};
 use crate::config::Config;
+use crate::db::idempotency::{self, IdempotencyKey, StoredResponse};
 use crate::db::{self, Db, DbError, Engine, UnitOfWork};
-use crate::http::ApiError;
-use crate::http::idempotency::{self, IdempotencyKey, StoredResponse};
 use crate::identity::principal::PersonPrincipal;
 use crate::identity::{IdentityError, Invalid, step_up};
 use crate::pepper::{Pepper, PepperPurpose};
 use crate::permissions::i6;
-use crate::terminal::{self, EndScope};
+use crate::revocation::{self, EndScope};
 
 code_enum! {
     /// The `result` of a confirmHost audit entry (10.1).
@@ -295,7 +294,7 @@ pub async fn issue_code(
     .await
     .map_err(DbError::from)?;
     // Every session of the host runs on the keys just discarded (3.3).
-    let ended = terminal::end(
+    let ended = revocation::end(
         &mut uow,
         EndScope::Host(host.id),
         CloseReason::HostRekeyed,
@@ -411,7 +410,7 @@ impl PairRequest {
     /// of the keys and the report at once (`400 validation_failed` with
     /// pointers into the body).
     pub fn decode(body: &Value, limits: &ReportLimits) -> Result<PairRequest, HostError> {
-        let api = |error: bothy_proto::json::JsonError| HostError::Api(ApiError::from(error));
+        let api = HostError::Json;
         let object = Object::root(body, PAIR_MEMBERS).map_err(api)?;
         let code = PairingCode::parse(object.str("code").map_err(api)?)
             .map_err(|_| HostError::PairingCodeRefused)?;
@@ -802,21 +801,38 @@ pub struct Idempotent {
 }
 
 /// The `If-Match` check of a request that sent one: the host's version in,
-/// `412` out.
-pub type IfMatch<'a> = dyn Fn(i64) -> Result<(), ApiError> + Send + Sync + 'a;
+/// a refusal out.
+pub type IfMatch<'a> = dyn Fn(i64) -> Result<(), IfMatchRefusal> + Send + Sync + 'a;
 
-/// What confirmHost takes from the request's headers.
-#[derive(Clone, Copy, Default)]
-pub struct ConfirmHttp<'a> {
-    /// The `If-Match` check, when the request sent one.
-    pub if_match: Option<&'a IfMatch<'a>>,
-    /// The `Idempotency-Key`, when the request sent one.
-    pub idempotent: Option<&'a Idempotent>,
+/// What confirmHost answers, as its stored response renders it.
+#[derive(Debug)]
+pub enum ConfirmAnswer<'a> {
+    /// The host is active: its reader JSON.
+    Confirmed(&'a Value),
+    /// A refusal that is committed (a wrong prefix counts an attempt).
+    Refused(HostError),
 }
 
-impl std::fmt::Debug for ConfirmHttp<'_> {
+/// How an answer of confirmHost reads as a stored response (its status code
+/// and body), so a retry with the same idempotency key replays it exactly;
+/// the caller's transport knows the form.
+pub type RenderAnswer<'a> = dyn Fn(ConfirmAnswer<'_>) -> StoredResponse + Send + Sync + 'a;
+
+/// What confirmHost takes from the request besides its body: the version it
+/// was built on, and its idempotency key with the form of a stored refusal.
+#[derive(Clone, Copy, Default)]
+pub struct ConfirmOnce<'a> {
+    /// The `If-Match` check, when the request sent one.
+    pub if_match: Option<&'a IfMatch<'a>>,
+    /// The idempotency key, when the request sent one.
+    pub idempotent: Option<&'a Idempotent>,
+    /// The stored form of an answer (given with `idempotent`).
+    pub render: Option<&'a RenderAnswer<'a>>,
+}
+
+impl std::fmt::Debug for ConfirmOnce<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConfirmHttp")
+        f.debug_struct("ConfirmOnce")
             .field("if_match", &self.if_match.is_some())
             .field("idempotent", &self.idempotent)
             .finish()
@@ -836,14 +852,11 @@ async fn store_response(
     uow: &mut UnitOfWork,
     actor: &PersonPrincipal,
     idempotent: Option<&Idempotent>,
-    status: StatusCode,
-    body: &Value,
+    render: Option<&RenderAnswer<'_>>,
+    answer: ConfirmAnswer<'_>,
 ) -> Result<(), HostError> {
-    if let Some(idempotent) = idempotent {
-        let response = StoredResponse {
-            status,
-            body: body.to_string(),
-        };
+    if let (Some(idempotent), Some(render)) = (idempotent, render) {
+        let response = render(answer);
         idempotency::store(
             uow,
             actor.person_id,
@@ -876,12 +889,13 @@ pub async fn confirm(
     now: UnixMillis,
     actor: &PersonPrincipal,
     request: &Confirmation,
-    http: ConfirmHttp<'_>,
+    once: ConfirmOnce<'_>,
 ) -> Result<Confirmed, HostError> {
-    let ConfirmHttp {
+    let ConfirmOnce {
         if_match,
         idempotent,
-    } = http;
+        render,
+    } = once;
     let mut uow = db.begin(now).await?;
     if let Some(idempotent) = idempotent {
         let stored = idempotency::lookup(
@@ -935,9 +949,8 @@ pub async fn confirm(
             request,
         )
         .await?;
-        let refusal = HostError::FingerprintMismatch { attempts_remaining };
-        let body = ApiError::from(refusal).body();
-        store_response(&mut uow, actor, idempotent, StatusCode::CONFLICT, &body).await?;
+        let refusal = ConfirmAnswer::Refused(HostError::FingerprintMismatch { attempts_remaining });
+        store_response(&mut uow, actor, idempotent, render, refusal).await?;
         uow.commit().await?;
         return Err(HostError::FingerprintMismatch { attempts_remaining });
     }
@@ -1006,8 +1019,8 @@ pub async fn confirm(
         &mut uow,
         actor,
         idempotent,
-        StatusCode::OK,
-        &json!({ "host": json }),
+        render,
+        ConfirmAnswer::Confirmed(&json),
     )
     .await?;
     uow.commit().await?;

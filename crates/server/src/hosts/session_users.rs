@@ -42,7 +42,7 @@ use crate::audit::{
 };
 use crate::db::{self, DbError, UnitOfWork};
 use crate::identity::{Invalid, PersonStatus, persons};
-use crate::terminal::{self, EndScope};
+use crate::revocation::{self, EndScope};
 
 code_enum! {
     /// The `change` of a `session_user` audit entry (10.1).
@@ -279,7 +279,7 @@ pub async fn end_rows(
             .map_err(|_| HostError::Stored("host_session_users.os_user"))?;
         let os_user =
             OsUserName::new(&name).map_err(|_| HostError::Stored("host_session_users.os_user"))?;
-        let sessions = terminal::end(
+        let sessions = revocation::end(
             uow,
             EndScope::PersonOnHost { host_id, person_id },
             CloseReason::AccessRevoked,
@@ -381,11 +381,11 @@ fn details(
 }
 
 /// An error of the end function as a host error.
-pub(crate) fn end_error(error: terminal::end::EndError) -> HostError {
+pub(crate) fn end_error(error: crate::revocation::EndError) -> HostError {
     match error {
-        terminal::end::EndError::Db(db) => HostError::Db(db),
+        crate::revocation::EndError::Db(db) => HostError::Db(db),
         // A reason/detail pair of our own making that 10.3 does not allow.
-        terminal::end::EndError::InvalidPair { .. } => HostError::Stored("close_reason pair"),
+        crate::revocation::EndError::InvalidPair { .. } => HostError::Stored("close_reason pair"),
     }
 }
 

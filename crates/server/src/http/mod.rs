@@ -3,7 +3,10 @@
 //! and the accept loop with TLS and graceful shutdown ([`serve`]).
 //!
 //! Layout:
-//! - [`problem`]: [`ApiError`] and the problem codes.
+//! - [`problem`]: [`ApiError`], the problem codes, and the one mapping of the
+//!   domain's errors (identity, hosts, terminal sessions) to problems.
+//! - [`extract`]: the authenticated principal of a request (bearer token or
+//!   the console's cookie with its CSRF header).
 //! - [`health`]: `/healthz`, `/readyz`.
 //! - [`metrics`](mod@metrics): `/metrics` in the Prometheus text format
 //!   ([`crate::metrics`] holds the registry); every request is counted by the
@@ -22,6 +25,7 @@
 //! list and cannot drift.
 
 pub mod api_doc;
+pub mod extract;
 pub mod health;
 pub mod idempotency;
 pub mod metrics;

@@ -5,7 +5,7 @@
 
 use axum::http::{HeaderMap, HeaderValue, header};
 
-use super::problem::{ApiError, ProblemCode};
+use crate::hosts::IfMatchRefusal;
 
 /// The `ETag` of a resource version (a strong entity tag).
 pub fn etag(version: i64) -> HeaderValue {
@@ -15,21 +15,21 @@ pub fn etag(version: i64) -> HeaderValue {
 
 /// Checks `If-Match` against the current version. `*` is not accepted: an
 /// update must name the version it was built on.
-pub fn check_if_match(headers: &HeaderMap, current_version: i64) -> Result<(), ApiError> {
+pub fn check_if_match(headers: &HeaderMap, current_version: i64) -> Result<(), IfMatchRefusal> {
     let mut values = headers.get_all(header::IF_MATCH).iter();
     let Some(value) = values.next() else {
-        return Err(ApiError::new(ProblemCode::PreconditionRequired));
+        return Err(IfMatchRefusal::Missing);
     };
     if values.next().is_some() {
-        return Err(ApiError::new(ProblemCode::PreconditionFailed));
+        return Err(IfMatchRefusal::Stale);
     }
     let Some(version) = parse_entity_tag(value) else {
-        return Err(ApiError::new(ProblemCode::PreconditionFailed));
+        return Err(IfMatchRefusal::Stale);
     };
     if version == current_version {
         Ok(())
     } else {
-        Err(ApiError::new(ProblemCode::PreconditionFailed))
+        Err(IfMatchRefusal::Stale)
     }
 }
 
@@ -63,7 +63,10 @@ mod tests {
     #[test]
     fn if_match_rules() {
         assert!(check_if_match(&headers(&["\"7\""]), 7).is_ok());
-        let code = |h: &[&str]| check_if_match(&headers(h), 7).unwrap_err().code();
+        let code = |h: &[&str]| {
+            crate::http::ApiError::from(check_if_match(&headers(h), 7).unwrap_err()).code()
+        };
+        use crate::http::ProblemCode;
         assert_eq!(code(&[]), ProblemCode::PreconditionRequired);
         for stale in [
             "\"6\"",

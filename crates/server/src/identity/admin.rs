@@ -51,7 +51,7 @@ use crate::db::{Db, Engine, UnitOfWork};
 use crate::hosts::HostError;
 use crate::pepper::Pepper;
 use crate::permissions::{self, i6};
-use crate::terminal::{self, EndScope};
+use crate::revocation::{self, EndScope};
 
 /// The key of the PostgreSQL advisory lock that serialises bootstraps (ASCII
 /// `bothyboo`); SQLite serialises every unit of work anyway.
@@ -267,7 +267,7 @@ pub async fn disable(
         login_sessions::end(&mut uow, Ending::Person(person.id), EndReason::UserDisabled).await?;
     // Disabling the person (8.3): also their terminal sessions of a login
     // session that only expired (the sweep had not reached them yet).
-    terminal::end(
+    revocation::end(
         &mut uow,
         EndScope::Person(person.id),
         CloseReason::UserDisabled,

@@ -22,7 +22,7 @@ use super::{AuthFailure, IdentityError, count, deny};
 use crate::audit::{AuditAction, AuditDetails, AuditEntry, TargetKind};
 use crate::clock::UnixMillis;
 use crate::db::{self, Db, DbError, UnitOfWork};
-use crate::terminal::{self, EndScope};
+use crate::revocation::{self, EndScope};
 
 /// The longest device name, in characters.
 pub const DEVICE_NAME_MAX_CHARS: usize = 64;
@@ -228,7 +228,7 @@ pub async fn revoke(
     // identity.DeviceRevoked (8.3, M2-46): the terminal sessions whose current
     // device is this one, also those of another login session (an attach from
     // this device), end in this unit of work.
-    terminal::end(
+    revocation::end(
         &mut uow,
         EndScope::Device(device_id),
         CloseReason::DeviceRevoked,

@@ -9,7 +9,7 @@
 //! why ([`EndReason`], the identity codes of 10.3). The terminal module's
 //! `identity.SessionEnded` subscription (8.3, M2-46) is wired in there: [`end`]
 //! ends the terminal sessions of every login session it ends, in the same
-//! transaction, through [`crate::terminal::end`] with the close reason of the
+//! transaction, through [`crate::revocation::end`] with the close reason of the
 //! same name ([`EndReason::close_reason`]). An ended session fails
 //! authentication at once: every request looks it up. A login session that
 //! merely passes `expires_at` has no end here: the job `terminal.sweep` ends
@@ -40,8 +40,8 @@ use crate::clock::{UnixMillis, millis};
 use crate::config::AuthConfig;
 use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::pepper::Pepper;
-use crate::terminal::end::EndError;
-use crate::terminal::{self, EndScope};
+use crate::revocation::EndError;
+use crate::revocation::{self, EndScope};
 
 code_enum! {
     /// Why a login session ended (`login_sessions.end_reason`); the same words
@@ -125,7 +125,7 @@ pub async fn end(
     // identity.SessionEnded (8.3, M2-46): their terminal sessions end in this
     // unit of work; sessions closed before keep their first end.
     for &login_session in &ended {
-        terminal::end(
+        revocation::end(
             uow,
             EndScope::LoginSession(login_session),
             reason.close_reason(),
@@ -137,7 +137,7 @@ pub async fn end(
     Ok(ended)
 }
 
-/// Maps an error of [`crate::terminal::end`] for identity: a database error
+/// Maps an error of [`crate::revocation::end`] for identity: a database error
 /// stays one; a wrong close pair cannot come from the fixed reasons here and is
 /// an internal error.
 pub(crate) fn terminal_end_error(error: EndError) -> IdentityError {

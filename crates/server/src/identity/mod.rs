@@ -59,7 +59,6 @@ pub mod totp;
 
 use crate::audit::{AuditEntry, code_enum};
 use crate::db::{DbError, UnitOfWork};
-use crate::http::{ApiError, ProblemCode};
 
 code_enum! {
     /// The kind of a principal (`principals.kind`).
@@ -225,34 +224,6 @@ impl IdentityError {
 impl From<bothy_proto::ids::RandomError> for IdentityError {
     fn from(_: bothy_proto::ids::RandomError) -> Self {
         IdentityError::Crypto("the random source failed")
-    }
-}
-
-impl From<IdentityError> for ApiError {
-    fn from(error: IdentityError) -> Self {
-        match error {
-            IdentityError::Unauthenticated(_) => ApiError::new(ProblemCode::Unauthenticated),
-            IdentityError::StepUpRequired(refusal) => {
-                let error = ApiError::new(ProblemCode::StepUpRequired);
-                match refusal.client_reason() {
-                    Some(reason) => error.with_reason(reason),
-                    None => error,
-                }
-            }
-            IdentityError::Invalid(invalid) => ApiError::new(ProblemCode::ValidationFailed)
-                .with_error(invalid.pointer, invalid.code),
-            IdentityError::Forbidden(reason) => {
-                ApiError::new(ProblemCode::Forbidden).with_reason(reason.as_str())
-            }
-            IdentityError::NotFound => ApiError::new(ProblemCode::NotFound),
-            IdentityError::Conflict(reason) => {
-                ApiError::new(ProblemCode::Conflict).with_reason(reason.as_str())
-            }
-            IdentityError::Db(DbError::Busy(source)) => {
-                ApiError::new(ProblemCode::Unavailable).caused_by(source)
-            }
-            other => ApiError::internal(other),
-        }
     }
 }
 

@@ -2,10 +2,11 @@
 //! Bearer <token>` with an access token (`bothy_at_`, a person in a login
 //! session on a device) or an API token (`bothy_tk_`, an agent or app).
 //!
-//! [`Principal`] is an axum extractor: a handler that takes one gets only
-//! authenticated requests; a missing, malformed, unknown, expired, ended or
-//! revoked credential is `401 unauthenticated`, always the same body. The token
-//! is looked up on every request, so an end or revocation takes effect at once.
+//! [`authenticate`] looks a token up on every request, so an end or
+//! revocation takes effect at once; the HTTP layer's extractor
+//! (`http::extract`) makes a [`Principal`] of a request: a missing,
+//! malformed, unknown, expired, ended or revoked credential is `401
+//! unauthenticated`, always the same body.
 //!
 //! The web console authenticates with the cookie `bothy_session` instead
 //! ([`console`]): every request that is not GET or HEAD must then carry the
@@ -19,13 +20,8 @@
 //! - [`PersonPrincipal::require_owner`]: `403 forbidden` with `reason:
 //!   owner_required`, audited the same way.
 
-use axum::extract::FromRequestParts;
-use axum::http::Method;
-use axum::http::header::{AUTHORIZATION, COOKIE};
-use axum::http::request::Parts;
 use uuid::Uuid;
 
-use super::console;
 use super::login_sessions::{self, ClientComponent};
 use super::opaque::{OpaqueSecret, SecretKind};
 use super::persons::Username;
@@ -33,9 +29,7 @@ use super::{AuthFailure, ForbiddenReason, IdentityError, PrincipalKind, Role, ap
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry};
 use crate::clock::UnixMillis;
 use crate::db::{self, Db, DbError};
-use crate::http::ApiError;
 use crate::pepper::Pepper;
-use crate::state::AppState;
 
 /// A person in a login session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -221,71 +215,4 @@ pub async fn authenticate(
             .map(Principal::Service));
     }
     Ok(None)
-}
-
-/// The token of `Authorization: Bearer <token>` (scheme case-insensitive).
-fn bearer(parts: &Parts) -> Option<&str> {
-    let value = parts.headers.get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
-}
-
-impl FromRequestParts<AppState> for Principal {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let unauthenticated =
-            || ApiError::from(IdentityError::Unauthenticated(AuthFailure::TokenInvalid));
-        let now = state.clock().now_ms();
-        if let Some(token) = bearer(parts) {
-            return match authenticate(state.db(), state.pepper(), token, now).await? {
-                // A console session's token travels only as its cookie, where
-                // the CSRF check below applies.
-                Some(Principal::Person(person))
-                    if person.client_component == ClientComponent::Console =>
-                {
-                    Err(unauthenticated())
-                }
-                Some(principal) => Ok(principal),
-                None => Err(unauthenticated()),
-            };
-        }
-        let Some(token) = parts
-            .headers
-            .get_all(COOKIE)
-            .iter()
-            .filter_map(|value| value.to_str().ok())
-            .find_map(console::cookie_value)
-        else {
-            return Err(unauthenticated());
-        };
-        let person = match authenticate(state.db(), state.pepper(), token, now).await? {
-            Some(Principal::Person(person))
-                if person.client_component == ClientComponent::Console =>
-            {
-                person
-            }
-            _ => return Err(unauthenticated()),
-        };
-        if parts.method != Method::GET && parts.method != Method::HEAD {
-            let presented = parts
-                .headers
-                .get(console::CSRF_HEADER)
-                .and_then(|value| value.to_str().ok());
-            if !console::check_csrf(
-                state.db(),
-                state.pepper(),
-                person.login_session_id,
-                presented,
-            )
-            .await?
-            {
-                return Err(IdentityError::Forbidden(ForbiddenReason::CsrfTokenInvalid).into());
-            }
-        }
-        Ok(Principal::Person(person))
-    }
 }

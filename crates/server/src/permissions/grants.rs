@@ -5,7 +5,7 @@
 //! them (the routes check the role). Every change here raises the permission
 //! version ([`super::bump_version`]) in its unit of work, and a change that
 //! takes terminal away from someone ends their sessions on the host in the same
-//! unit of work through the one end function ([`crate::terminal::end`],
+//! unit of work through the one end function ([`crate::revocation::end`],
 //! `access_revoked`, 8.3).
 //!
 //! # Validity (docs/decisions.md D-40)
@@ -55,8 +55,8 @@ use crate::identity::groups::{self, GroupOperation};
 use crate::identity::persons::{self, Person};
 use crate::identity::principal::PersonPrincipal;
 use crate::identity::{PersonStatus, Role};
-use crate::terminal::end::EndError;
-use crate::terminal::{self, EndScope};
+use crate::revocation::EndError;
+use crate::revocation::{self, EndScope};
 use bothy_proto::codes::CloseReason;
 
 code_enum! {
@@ -503,7 +503,7 @@ async fn end_lost(
         if is_owner || has_valid_grant(uow.conn(), person_id, host_id, now).await? {
             continue;
         }
-        ended += terminal::end(
+        ended += revocation::end(
             uow,
             EndScope::PersonOnHost { host_id, person_id },
             CloseReason::AccessRevoked,

@@ -21,7 +21,7 @@ use crate::db::{DbError, UnitOfWork};
 /// Raises the permission version (every change of effective permissions:
 /// grants, roles, assignments, host states, declarations) in `uow`; returns
 /// the new value. Sessions that the change revokes end in the same unit of
-/// work ([`crate::terminal::end`]).
+/// work ([`crate::revocation::end`]).
 pub async fn bump_version(uow: &mut UnitOfWork) -> Result<i64, DbError> {
     let row = sqlx::query(
         "UPDATE permission_version SET version = version + 1 WHERE id = 1 RETURNING version",

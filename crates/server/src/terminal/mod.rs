@@ -1,6 +1,8 @@
-//! Terminal sessions (spec 3.4, 3.5, 5.3, 6, 8.3, 9, 10.3): the one end
-//! function every revocation calls, the signing keys and tokens, and the
-//! registry of control connections.
+//! Terminal sessions (spec 3.4, 3.5, 5.3, 6, 9, 10.3): the signing keys and
+//! tokens, the control connection, the relay and the session routes' logic.
+//! The one end function every revocation calls lives beside this module, in
+//! [`crate::revocation`] (8.3), because identity, hosts and permissions call it
+//! too.
 //!
 //! # Layout
 //! - [`channel_limits`]: the rate limits of the terminal channels (6.3):
@@ -10,8 +12,6 @@
 //!   3.5): login, report, heartbeats, session reports, the duplicate check.
 //! - [`host_auth`]: the host proof of identify and the host.connect check,
 //!   shared by the control and the data connection.
-//! - [`end`](mod@end): ends the open sessions of a scope in the caller's unit of
-//!   work, with audit `terminal.terminate` and `terminal_session.changed`.
 //! - [`keys`]: the server signing keys of purpose terminal (5.3): first key,
 //!   scheduled and emergency rotation, the JWKS of hello and heartbeat_ack, the
 //!   signer; private keys sealed with the pepper.
@@ -28,7 +28,6 @@
 
 pub mod channel_limits;
 pub mod control;
-pub mod end;
 pub mod host_auth;
 pub mod keys;
 pub mod links;
@@ -36,5 +35,3 @@ pub mod relay;
 pub mod sessions;
 pub mod sweep;
 pub mod token;
-
-pub use end::{EndScope, EndedSession, end};

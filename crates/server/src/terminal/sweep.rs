@@ -31,7 +31,7 @@
 //! # Ends
 //! A pass reads the candidates without a transaction; each match is then read
 //! again in its own unit of work (on PostgreSQL with the row locked) and, if it
-//! still matches, ended through [`super::end`] — audit `terminal.terminate`,
+//! still matches, ended through [`crate::revocation::end`] — audit `terminal.terminate`,
 //! event `terminal_session.changed`; the relay and the control connection close
 //! what they hold from the log tail. The first committed end wins: a session
 //! another end closed in between is left alone.
@@ -60,12 +60,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
-use super::end::{EndError, EndScope};
 use super::keys::{self, KeyPolicy};
 use crate::clock::{SharedClock, UnixMillis, millis};
 use crate::config::{ClusterMode, Config, TerminalConfig};
 use crate::db::{self, Db, DbError, Engine};
 use crate::events::{Audience, DurableEvent, EventKind};
+use crate::revocation::{EndError, EndScope};
 
 /// Why a sweep pass failed (the task logs it and tries again next interval).
 #[derive(Debug, thiserror::Error)]
@@ -309,7 +309,8 @@ async fn end_if_due(
     let Some((reason, detail)) = check(&decode(&row)?, limits, now) else {
         return Ok(None);
     };
-    let ended = super::end(&mut uow, EndScope::Session(session_id), reason, detail).await?;
+    let ended =
+        crate::revocation::end(&mut uow, EndScope::Session(session_id), reason, detail).await?;
     if ended.is_empty() {
         return Ok(None);
     }

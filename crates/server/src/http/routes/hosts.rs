@@ -35,10 +35,11 @@ use super::auth::gate;
 use super::body::{ClientAddr, JsonBody, path_id, read_conn};
 use crate::audit::{AuditAction, AuditEntry, REASON_MAX_CHARS, TargetKind};
 use crate::db;
+use crate::db::idempotency::{self, StoredResponse};
 use crate::hosts::llm::Declaration;
 use crate::hosts::pairing::{
-    self, ConfirmHttp, Confirmation, Confirmed, Idempotent, NewHost, PairRequest, RefusalAudit,
-    Reissue, WithCode,
+    self, ConfirmAnswer, ConfirmOnce, Confirmation, Confirmed, Idempotent, NewHost, PairRequest,
+    RefusalAudit, Reissue, WithCode,
 };
 use crate::hosts::session_users::{self, Assignment};
 use crate::hosts::{self, HostError, LlmCredentials, manage};
@@ -46,7 +47,7 @@ use crate::http::api_doc::{
     self, Internal, NotFound, PayloadTooLarge, Problem, RateLimited, Unauthenticated, Unavailable,
     UnsupportedMediaType,
 };
-use crate::http::idempotency::{self, IdempotencyKey};
+use crate::http::idempotency::key_from_headers;
 use crate::http::precondition::{check_if_match, etag};
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, ProblemCode};
@@ -390,7 +391,7 @@ async fn confirm_host(
     let now = state.clock().now_ms();
     let person = owner(&state, &principal, now).await?;
     let host_id = path_id(&host_id)?;
-    let key = IdempotencyKey::from_headers(&headers)?;
+    let key = key_from_headers(&headers)?;
     let object = Object::root(
         &body,
         &[
@@ -441,6 +442,19 @@ async fn confirm_host(
     let if_match: Option<&pairing::IfMatch<'_>> = headers
         .contains_key(header::IF_MATCH)
         .then_some(&if_match_check);
+    let render = |answer: ConfirmAnswer<'_>| match answer {
+        ConfirmAnswer::Confirmed(host) => StoredResponse {
+            status: StatusCode::OK.as_u16(),
+            body: json!({ "host": host }).to_string(),
+        },
+        ConfirmAnswer::Refused(refusal) => {
+            let problem = ApiError::from(refusal);
+            StoredResponse {
+                status: problem.code().status().as_u16(),
+                body: problem.body().to_string(),
+            }
+        }
+    };
     let confirmed = pairing::confirm(
         state.db(),
         state.pepper(),
@@ -448,9 +462,10 @@ async fn confirm_host(
         now,
         person,
         &request,
-        ConfirmHttp {
+        ConfirmOnce {
             if_match,
             idempotent: idempotent.as_ref(),
+            render: Some(&render),
         },
     )
     .await?;
@@ -469,12 +484,14 @@ async fn confirm_host(
                 .into_response()
         }
         Confirmed::Replayed(stored) => {
-            let media = if stored.status.is_success() {
+            let status =
+                StatusCode::from_u16(stored.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let media = if status.is_success() {
                 "application/json"
             } else {
                 PROBLEM_JSON
             };
-            (stored.status, [(header::CONTENT_TYPE, media)], stored.body).into_response()
+            (status, [(header::CONTENT_TYPE, media)], stored.body).into_response()
         }
     })
 }

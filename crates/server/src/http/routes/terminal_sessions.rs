@@ -20,9 +20,11 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use bothy_api::terminal::{
+    AttachChallenge, AttachTerminalSessionRequest, ClosedTerminalSession,
+    OpenTerminalSessionRequest, TerminalSession, TerminalSessionGrant, TerminalSessionList,
+};
 use bothy_proto::json::Object;
-use serde_json::{Value, json};
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -74,8 +76,46 @@ fn opt_bool(object: &Object<'_>, name: &str) -> Result<bool, ApiError> {
         .unwrap_or(false))
 }
 
-fn granted(status: StatusCode, grant: &sessions::Grant) -> Response {
-    (status, Json(grant.to_json())).into_response()
+/// The answer of open and attach.
+fn grant_body(grant: &sessions::Grant) -> TerminalSessionGrant {
+    TerminalSessionGrant {
+        session_id: db::id_text(&grant.session_id),
+        token: grant.token.token.clone(),
+        stream_path: grant.stream_path(),
+        noise_public_key: grant.noise_public_key.clone(),
+        key_fingerprint: grant.key_fingerprint.clone(),
+        key_generation: grant.key_generation,
+        expires_at: grant.token.expires_at,
+    }
+}
+
+/// A session as the reads show it: state, profile, host, times, and the time
+/// left until the maximum duration (`remaining_ms`, 0 once passed or closed).
+fn session_body(state: &AppState, row: &sessions::SessionRow, now: i64) -> TerminalSession {
+    let max_ends_at = row.max_ends_at(state);
+    let remaining_ms = if row.state == sessions::SessionState::Closed {
+        0
+    } else {
+        max_ends_at.saturating_sub(now).max(0)
+    };
+    TerminalSession {
+        session_id: db::id_text(&row.id),
+        host_id: db::id_text(&row.host_id),
+        person_id: db::id_text(&row.person_id),
+        profile: row.profile.clone(),
+        state: row.state.as_str().to_owned(),
+        close_reason: row.close_reason.clone(),
+        close_detail: row.close_detail.clone(),
+        created_at: row.created_at,
+        started_at: row.started_at,
+        detached_at: row.detached_at,
+        ended_at: row.ended_at,
+        workdir_index: row.workdir_index,
+        foreign_assignee: row.foreign_assignee,
+        max_ends_at,
+        remaining_ms,
+        version: row.version,
+    }
 }
 
 fn api(error: SessionError) -> ApiError {
@@ -163,7 +203,7 @@ async fn open_terminal_session(
     let grant = sessions::open(&state, &principal, &request)
         .await
         .map_err(api)?;
-    Ok(granted(StatusCode::CREATED, &grant))
+    Ok((StatusCode::CREATED, Json(grant_body(&grant))).into_response())
 }
 
 /// A single-use nonce for a quick reattach (the session's person).
@@ -194,15 +234,15 @@ async fn attach_challenge(
     State(state): State<AppState>,
     principal: Principal,
     Path(session_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AttachChallenge>, ApiError> {
     let session_id = path_id(&session_id)?;
     let challenge = sessions::attach_challenge(&state, &principal, session_id)
         .await
         .map_err(api)?;
-    Ok(Json(json!({
-        "nonce": challenge.nonce,
-        "expires_at": challenge.expires_at,
-    })))
+    Ok(Json(AttachChallenge {
+        nonce: challenge.nonce,
+        expires_at: challenge.expires_at,
+    }))
 }
 
 /// Attaches to a session again (the session's person): a new token and a
@@ -247,7 +287,7 @@ async fn attach_terminal_session(
     principal: Principal,
     Path(session_id): Path<String>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TerminalSessionGrant>, ApiError> {
     let session_id = path_id(&session_id)?;
     let object = Object::root(
         &body,
@@ -280,7 +320,7 @@ async fn attach_terminal_session(
     let grant = sessions::attach(&state, &principal, session_id, &request)
         .await
         .map_err(api)?;
-    Ok(Json(grant.to_json()))
+    Ok(Json(grant_body(&grant)))
 }
 
 /// Ends a session: by its person (`client_closed`) or by an owner
@@ -308,16 +348,16 @@ async fn close_terminal_session(
     State(state): State<AppState>,
     principal: Principal,
     Path(session_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ClosedTerminalSession>, ApiError> {
     let session_id = path_id(&session_id)?;
     let closed = sessions::close(&state, &principal, session_id)
         .await
         .map_err(api)?;
-    Ok(Json(json!({
-        "session_id": db::id_text(&closed.session_id),
-        "state": "closed",
-        "close_reason": closed.close_reason.as_str(),
-    })))
+    Ok(Json(ClosedTerminalSession {
+        session_id: db::id_text(&closed.session_id),
+        state: "closed".to_owned(),
+        close_reason: closed.close_reason.as_str().to_owned(),
+    }))
 }
 
 /// Lists the caller's own sessions, newest first, a page at a time; with
@@ -355,7 +395,7 @@ async fn list_terminal_sessions(
     State(state): State<AppState>,
     principal: Principal,
     uri: Uri,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TerminalSessionList>, ApiError> {
     let params = QueryParams::parse(&uri, &["host_id", "state", "after", "limit"])?;
     let open = match params.get("state") {
         None => None,
@@ -377,16 +417,14 @@ async fn list_terminal_sessions(
     let page = sessions::list(&state, &principal, query)
         .await
         .map_err(api)?;
-    let sessions: Vec<Value> = page
-        .rows
-        .iter()
-        .map(|row| row.to_json(&state, now))
-        .collect();
-    let mut body = json!({ "sessions": sessions });
-    if let Some(next) = page.next {
-        body["next"] = Value::from(crate::db::id_text(&next));
-    }
-    Ok(Json(body))
+    Ok(Json(TerminalSessionList {
+        sessions: page
+            .rows
+            .iter()
+            .map(|row| session_body(&state, row, now))
+            .collect(),
+        next: page.next.map(|next| db::id_text(&next)),
+    }))
 }
 
 /// Reads one session (its person, or an owner); `404` for anyone else.
@@ -411,159 +449,11 @@ async fn get_terminal_session(
     State(state): State<AppState>,
     principal: Principal,
     Path(session_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TerminalSession>, ApiError> {
     let session_id = path_id(&session_id)?;
     let now = state.clock().now_ms();
     let row = sessions::read(&state, &principal, session_id)
         .await
         .map_err(api)?;
-    Ok(Json(row.to_json(&state, now)))
-}
-
-/// `POST /api/v1/hosts/{host_id}/terminal/sessions` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct OpenTerminalSessionRequest {
-    /// The name of a profile the host reported.
-    pub profile: String,
-    /// The terminal width in cells (1..=10000).
-    pub columns: u32,
-    /// The terminal height in cells (1..=10000).
-    pub rows: u32,
-    /// base64url without padding of SHA-256 of the device's ephemeral Noise key.
-    pub client_ephemeral_key_hash: String,
-    /// With a profile of kind claude (and only then): the index of the working
-    /// directory in the reported list of the person's own session user.
-    #[schema(required = false)]
-    pub workdir_index: u32,
-    /// A fresh step-up of this login session, consumed by the request.
-    #[schema(required = false, format = "uuid")]
-    pub step_up_id: String,
-    /// The client showed a changed host key (audit `pin_changed`; default false).
-    #[schema(required = false)]
-    pub pin_changed: bool,
-}
-
-/// The device's proof of a quick reattach (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct DeviceProofBody {
-    /// The nonce of `attach-challenge`.
-    pub nonce: String,
-    /// base64url of the Ed25519 signature of the device key over the UTF-8 text
-    /// `bothy.v1.quick_reattach\n<session_id>\n<nonce>\n<client_ephemeral_key_hash>`.
-    pub signature: String,
-}
-
-/// `POST /api/v1/terminal/sessions/{session_id}/attach` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct AttachTerminalSessionRequest {
-    /// base64url without padding of SHA-256 of the new ephemeral Noise key.
-    pub client_ephemeral_key_hash: String,
-    /// A fresh step-up; without one the request must be a quick reattach.
-    #[schema(required = false, format = "uuid")]
-    pub step_up_id: String,
-    /// The proof of a quick reattach.
-    #[schema(required = false)]
-    pub device_proof: DeviceProofBody,
-    /// The client showed a changed host key (default false).
-    #[schema(required = false)]
-    pub pin_changed: bool,
-}
-
-/// The answer of open and attach (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct TerminalSessionGrant {
-    /// The session.
-    #[schema(format = "uuid")]
-    pub session_id: String,
-    /// The terminal session token (`terminal-session+jwt`); the device puts it
-    /// into message 1 of the handshake.
-    pub token: String,
-    /// The device stream: `/api/v1/terminal/sessions/{session_id}/stream`.
-    pub stream_path: String,
-    /// The host's static Noise key (base64url).
-    pub noise_public_key: String,
-    /// The fingerprint of the host's keys (4.3).
-    pub key_fingerprint: String,
-    /// The generation of the host's keys (pinned with the key).
-    pub key_generation: i64,
-    /// The token's expiry (Unix ms).
-    pub expires_at: i64,
-}
-
-/// `{nonce, expires_at}` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct AttachChallenge {
-    /// The nonce (base64url, opaque).
-    pub nonce: String,
-    /// Until when it is accepted (Unix ms).
-    pub expires_at: i64,
-}
-
-/// `{session_id, state, close_reason}` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ClosedTerminalSession {
-    /// The session.
-    #[schema(format = "uuid")]
-    pub session_id: String,
-    /// `closed`.
-    pub state: String,
-    /// `client_closed` or `closed_by_owner`.
-    pub close_reason: String,
-}
-
-/// A session as the reads show it (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct TerminalSession {
-    /// The session.
-    #[schema(format = "uuid")]
-    pub session_id: String,
-    /// Its host.
-    #[schema(format = "uuid")]
-    pub host_id: String,
-    /// Its person.
-    #[schema(format = "uuid")]
-    pub person_id: String,
-    /// The profile.
-    pub profile: String,
-    /// `opening`, `active`, `detached` or `closed`.
-    pub state: String,
-    /// Why it ended (closed only).
-    #[schema(required = false)]
-    pub close_reason: String,
-    /// The detail of `open_failed` and `host_policy_violation`.
-    #[schema(required = false)]
-    pub close_detail: String,
-    /// When it was opened (Unix ms).
-    pub created_at: i64,
-    /// When its PTY started.
-    #[schema(required = false)]
-    pub started_at: i64,
-    /// When its device went away.
-    #[schema(required = false)]
-    pub detached_at: i64,
-    /// When it ended.
-    #[schema(required = false)]
-    pub ended_at: i64,
-    /// The working directory's index (claude).
-    #[schema(required = false)]
-    pub workdir_index: u32,
-    /// An owner opened it on a host assigned to another person (8.4).
-    pub foreign_assignee: bool,
-    /// When `terminal.max_session_duration` ends it (Unix ms).
-    pub max_ends_at: i64,
-    /// Milliseconds left until then (0 when closed).
-    pub remaining_ms: i64,
-    /// The row's version.
-    pub version: i64,
-}
-
-/// `{sessions[]}` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct TerminalSessionList {
-    /// The sessions, newest first.
-    pub sessions: Vec<TerminalSession>,
-    /// The cursor of the next page (pass it as `after`); absent on the last
-    /// page.
-    #[schema(required = false, format = "uuid")]
-    pub next: String,
+    Ok(Json(session_body(&state, &row, now)))
 }

@@ -26,7 +26,7 @@ use super::{ConnCommand, ControlConnection, End, command_sender, login::end_erro
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
 use crate::db::{self, DbError, UnitOfWork};
 use crate::hosts::{self, DisabledReason, Host, HostError, HostState};
-use crate::terminal::{EndScope, end};
+use crate::revocation::{EndScope, end};
 
 code_enum! {
     /// The `code` of a `host.connect` entry of 3.4.

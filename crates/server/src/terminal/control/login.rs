@@ -32,12 +32,12 @@ use super::{ControlConnection, End, LoggedIn, duplicate};
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
 use crate::db::{self, DbError};
 use crate::hosts::{self, HostError};
+use crate::revocation::{EndScope, end};
 use crate::terminal::channel_limits;
 use crate::terminal::host_auth::{
     self, HostAuthRefusal, PROTOCOL_VERSIONS, protocol_version_supported,
 };
 use crate::terminal::links::ControlSignal;
-use crate::terminal::{EndScope, end};
 
 code_enum! {
     /// The `reason_code` of a refused login (deny entry `host.connect`).
@@ -394,10 +394,10 @@ async fn login_unit_of_work(
 }
 
 /// An error of the end function inside a host unit of work.
-pub(super) fn end_error(error: crate::terminal::end::EndError) -> HostError {
+pub(super) fn end_error(error: crate::revocation::EndError) -> HostError {
     match error {
-        crate::terminal::end::EndError::Db(error) => HostError::Db(error),
-        crate::terminal::end::EndError::InvalidPair { .. } => {
+        crate::revocation::EndError::Db(error) => HostError::Db(error),
+        crate::revocation::EndError::InvalidPair { .. } => {
             HostError::Stored("terminal_sessions.close_detail")
         }
     }

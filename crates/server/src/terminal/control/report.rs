@@ -37,7 +37,7 @@ use super::{ControlConnection, End, LoggedIn, login::end_error, presence};
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, OsUserName, TargetKind};
 use crate::db::{self, DbError, UnitOfWork};
 use crate::hosts::{self, Host, HostError};
-use crate::terminal::{EndScope, end};
+use crate::revocation::{EndScope, end};
 
 /// The report as the columns store it.
 struct Reported {

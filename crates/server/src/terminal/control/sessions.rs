@@ -26,8 +26,8 @@ use super::{ControlConnection, End, LoggedIn, login::end_error};
 use crate::db::{self, DbError, UnitOfWork};
 use crate::events::{Audience, DurableEvent, EventKind};
 use crate::hosts::HostError;
+use crate::revocation::{EndScope, end};
 use crate::terminal::links::UnrecordedEnd;
-use crate::terminal::{EndScope, end};
 
 /// A session row as these reports need it.
 struct Row_ {

@@ -63,6 +63,7 @@
 //! because the host service ended its PTY (6.2); after a 4101 a started
 //! session stays detached and attachable (docs/decisions.md D-320).
 
+pub mod login;
 mod pipe;
 pub(crate) mod side;
 pub(crate) mod store;

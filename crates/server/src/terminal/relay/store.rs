@@ -15,8 +15,8 @@ use super::{Limits, Stats};
 use crate::clock::UnixMillis;
 use crate::db::{self, DbError};
 use crate::events::{Audience, DurableEvent, EventKind};
+use crate::revocation::{EndScope, end};
 use crate::state::AppState;
-use crate::terminal::{EndScope, end};
 
 /// A session row as the relay needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,4 +1,5 @@
-//! The one end function of the terminal module (8.3, M2-46): every kind of
+//! The one end function (8.3 Revocation, M2-46), beside the domain modules
+//! that call it (identity, hosts, permissions, terminal): every kind of
 //! revocation — a host leaving `active`, re-pairing, I6, a revoked grant, an
 //! ended assignment, SR10, and the identity revocations (logout, a revoked or
 //! expired login session, a revoked device, a disabled person) — and the job

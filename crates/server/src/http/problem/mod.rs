@@ -4,6 +4,12 @@
 //! `errors[] {pointer, code}`, `retry_after`, `attempts_remaining` — is built
 //! from typed values only. The cause, if any, is logged once on the server and
 //! never reaches the client.
+//!
+//! The domain modules (identity, hosts, permissions, terminal) return their own
+//! errors and know nothing of HTTP; `domain` holds every `From` of those errors
+//! into [`ApiError`].
+
+mod domain;
 
 use std::fmt;
 

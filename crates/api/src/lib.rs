@@ -1,0 +1,21 @@
+//! `bothy-api`: the bodies of `bothy-server`'s HTTP API as Rust types (issue 17).
+//!
+//! Pure: serde only, no I/O. The server answers with these types and derives
+//! the OpenAPI schema of `docs/api/openapi.json` from the same declarations
+//! (feature `openapi`); the CLI reads the answers into them. A member the
+//! server may leave out is an `Option` skipped when absent — never `null` on
+//! the wire, and the schema says "not required", not "nullable".
+//!
+//! Requests are decoded on the server by the strict layer of `bothy_proto::json`
+//! first (duplicate members, `null`, unknown members refused with their JSON
+//! pointer); the request types here are what that decoding yields and what a
+//! client sends.
+//!
+//! IDs are the hyphenated lower-case UUID text of the wire; a client parses
+//! them where it needs a `Uuid`.
+//!
+//! # Layout
+//! - [`terminal`]: terminal sessions — open, attach (with the quick-reattach
+//!   challenge), close, and the reads.
+
+pub mod terminal;
