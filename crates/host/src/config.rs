@@ -497,6 +497,36 @@ fn claude_workdirs(member: Member<'_>) -> Result<Vec<UserWorkdirs>, ConfigError>
 
 #[cfg(test)]
 mod tests {
+
+    /// docs/configuration.md names every key of the file (issue 17).
+    #[test]
+    fn every_key_is_in_the_configuration_reference() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/configuration.md");
+        let reference = std::fs::read_to_string(path).expect("docs/configuration.md");
+        let host_part = reference
+            .split("# bothy-host configuration reference")
+            .nth(1)
+            .expect("a section for bothy-host");
+        for key in HOST_SERVICE_KEYS {
+            assert!(
+                host_part.contains(&format!("`host_service.{key}`")),
+                "host_service.{key} is missing from docs/configuration.md"
+            );
+        }
+        for key in PROFILE_KEYS.iter().chain(WORKDIR_KEYS) {
+            assert!(
+                host_part.contains(key),
+                "{key} is missing from docs/configuration.md"
+            );
+        }
+        // Its example is a valid configuration.
+        let start = host_part.find("```yaml\n").expect("an example") + "```yaml\n".len();
+        let end = start + host_part[start..].find("```").expect("the example's end");
+        let config = Config::from_yaml_str(&host_part[start..end]).expect("a valid example");
+        assert_eq!(config.host_service.session_users.len(), 2);
+        assert_eq!(config.host_service.profiles.len(), 3);
+    }
+
     use super::*;
 
     fn err(text: &str) -> ConfigError {
