@@ -15,7 +15,9 @@
 //! them where it needs a `Uuid`.
 //!
 //! # Layout
+//! - [`auth`]: the password rule both sides apply.
 //! - [`terminal`]: terminal sessions — open, attach (with the quick-reattach
 //!   challenge), close, and the reads.
 
+pub mod auth;
 pub mod terminal;

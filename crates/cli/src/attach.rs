@@ -38,10 +38,11 @@ use bothy_proto::stream;
 use crate::api::Api;
 use crate::cli::Alive;
 use crate::close::Reaction;
-use crate::commands::{
-    TRIES, check_foreign_assignee, check_pin, color_enabled, list_sessions, logged_in, offered_pin,
-    resolve_host, resolve_session, session_uuid, step_up, step_up_id, totp_form, uuid_of,
+use crate::commands::common::{
+    TRIES, color_enabled, logged_in, step_up, step_up_id, totp_form, uuid_of,
 };
+use crate::commands::hosts::{check_foreign_assignee, check_pin, offered_pin, resolve_host};
+use crate::commands::sessions::{list_sessions, resolve_session, session_uuid};
 use crate::dirs::Dirs;
 use crate::error::{ClientError, EXIT_SESSION_FAILURE};
 use crate::login::{self, StoredLogin};
@@ -163,17 +164,34 @@ pub async fn attach(
     session.run(grant, ephemeral).await
 }
 
+/// How long `bothy attach` without a session looks again while the
+/// person's sessions are still active (the server notices a gone device
+/// within moments).
+const DETACH_NOTICE: Duration = Duration::from_secs(3);
+
 /// The person's only detached session (on the host `host`, when named).
 async fn only_detached(api: &Api, host: Option<&str>) -> Result<TerminalSession, ClientError> {
     let host_id = match host {
         Some(wanted) => Some(uuid_of(&resolve_host(api, wanted).await?, "id")?),
         None => None,
     };
-    let detached: Vec<TerminalSession> = list_sessions(api, host_id, false, 200)
-        .await?
-        .into_iter()
-        .filter(|s| s.state == "detached")
-        .collect();
+    // A client that was just killed (or lost its connection) leaves its
+    // session active until the server has seen the stream end, a moment
+    // later: while sessions are still active, look again for a little while
+    // before saying there is none (as the reattach waits, D-376).
+    let deadline = tokio::time::Instant::now() + DETACH_NOTICE;
+    let mut pause = Duration::from_millis(50);
+    let detached: Vec<TerminalSession> = loop {
+        let open = list_sessions(api, host_id, false, 200).await?;
+        let still_active = open.iter().any(|s| s.state == "active");
+        let detached: Vec<TerminalSession> =
+            open.into_iter().filter(|s| s.state == "detached").collect();
+        if !detached.is_empty() || !still_active || tokio::time::Instant::now() >= deadline {
+            break detached;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(500));
+    };
     match detached.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(ClientError::NoSession(match host {

@@ -15,7 +15,7 @@
 use bothy_net::NetError;
 use uuid::Uuid;
 
-use crate::api::Problem;
+use crate::problem::Problem;
 
 /// A command that succeeded.
 pub const EXIT_OK: i32 = 0;

@@ -10,9 +10,8 @@ use serde_json::{Value, json};
 
 use crate::api::Api;
 use crate::cli::{HostAction, PersonAction};
-use crate::commands::{
-    host_show, list_hosts, list_of_host, logged_in, print_json, resolve_host, step_up, uuid_of,
-};
+use crate::commands::common::{logged_in, print_json, step_up, uuid_of};
+use crate::commands::hosts::{host_show, list_hosts, list_of_host, resolve_host};
 use crate::dirs::Dirs;
 use crate::error::ClientError;
 use crate::prompt::Tty;

@@ -9,7 +9,8 @@
 //! - [`login`]: the stored login and this device's Ed25519 key.
 //! - TLS (rustls, system roots), HTTP/1.1 and WebSockets to the server: the
 //!   crate `bothy_net`, shared with bothy-host.
-//! - [`api`]: the REST calls and the server's problems.
+//! - [`api`]: the REST calls, answers as JSON or as `bothy-api` types.
+//! - [`problem`]: the server's problems in the client's words, per call.
 //! - [`error`]: what goes wrong, as a code and a one-line hint.
 //! - [`prompt`]: questions on the terminal (password, TOTP, confirmations).
 //! - [`progress`]: the spinner of the long waits.
@@ -19,7 +20,8 @@
 //! - [`close`]: close codes of the device stream and the reactions of 13.
 //! - [`pins`]: host key pins per server and host (5.5).
 //! - [`terminal`]: one terminal session: stream, handshake, frames.
-//! - [`commands`]: the commands themselves.
+//! - [`commands`]: the commands themselves (`account`, `hosts`, `sessions`,
+//!   and what they share in `common`).
 //! - [`attach`]: open and attach a session, keep it attached (quick reattach,
 //!   reattach after a loss or a server restart).
 //! - [`display`]: times, IDs and fingerprints as listings show them.
@@ -39,6 +41,7 @@ pub mod filter;
 pub mod host_admin;
 pub mod login;
 pub mod pins;
+pub mod problem;
 pub mod progress;
 pub mod prompt;
 pub mod terminal;

@@ -462,10 +462,16 @@ impl HeartbeatAck {
     }
 }
 
+/// The path of the data connection of a session:
+/// `/api/v1/hosts/sessions/<session_id>/stream`, the ID hyphenated in lower case.
+pub fn data_stream_path(session_id: &Uuid) -> String {
+    format!("/api/v1/hosts/sessions/{}/stream", session_id.hyphenated())
+}
+
 /// `session.open`: open the data connection of a session (6.1 step 4, 6.2).
 ///
 /// `stream_path` is not stored: it is always
-/// [`crate::data::stream_path`] of the session, and decoding refuses any other
+/// [`data_stream_path`] of the session, and decoding refuses any other
 /// path, so a server cannot send the host service to dial elsewhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionOpen {
@@ -482,7 +488,7 @@ impl SessionOpen {
 
     /// The path of the data connection: `/api/v1/hosts/sessions/<session_id>/stream`.
     pub fn stream_path(&self) -> String {
-        crate::data::stream_path(&self.session_id)
+        data_stream_path(&self.session_id)
     }
 
     /// Decodes `d` strictly.
@@ -490,7 +496,7 @@ impl SessionOpen {
         let d = d.into_object(Self::MEMBERS)?;
         let session_id = d.uuid("session_id")?;
         let path = d.member("stream_path")?;
-        if path.as_str()? != crate::data::stream_path(&session_id) {
+        if path.as_str()? != data_stream_path(&session_id) {
             return Err(path.invalid().into());
         }
         Ok(Self {

@@ -21,7 +21,6 @@
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 use crate::b64;
 use crate::codes::CloseCode;
@@ -29,11 +28,9 @@ use crate::control::{self, Identify, MessageError};
 use crate::json::{self, Member};
 use crate::jwk::Jwks;
 
-/// The path of the data connection of a session:
-/// `/api/v1/hosts/sessions/<session_id>/stream`, the ID hyphenated in lower case.
-pub fn stream_path(session_id: &Uuid) -> String {
-    format!("/api/v1/hosts/sessions/{}/stream", session_id.hyphenated())
-}
+/// The path of the data connection of a session (defined beside
+/// `session.open`, which carries it).
+pub use crate::control::data_stream_path as stream_path;
 
 /// Why the server values of a data `hello` are not usable (2.2 item 5). The host
 /// service closes the data connection with 4002 ([`DataError::close_code`]).
@@ -229,6 +226,7 @@ mod tests {
     use super::*;
     use crate::json::{JsonError, JsonType};
     use crate::jwk::JwkError;
+    use uuid::Uuid;
 
     const MAX: usize = 64 * 1024;
     const SID: &str = "0192f5c4-7d3a-7b2e-9f00-1234567890ab";

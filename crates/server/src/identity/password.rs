@@ -32,10 +32,8 @@ use zeroize::Zeroizing;
 
 use super::IdentityError;
 
-/// Shortest password, in characters.
-pub const PASSWORD_MIN_CHARS: usize = 12;
-/// Longest password, in characters.
-pub const PASSWORD_MAX_CHARS: usize = 256;
+/// The password rule, shared with the clients through `bothy-api`.
+pub use bothy_api::auth::{PASSWORD_MAX_CHARS, PASSWORD_MIN_CHARS};
 /// argon2 memory cost in KiB.
 pub const ARGON2_MEMORY_KIB: u32 = 19_456;
 /// argon2 passes.

@@ -1,0 +1,123 @@
+//! What the commands share: the stored login with its API client, the
+//! questions asked again ([`TRIES`]), the TOTP code's form and the step-up,
+//! colour, and the JSON output of listings.
+
+use std::io::IsTerminal;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use bothy_net::ServerUrl;
+
+use crate::api::Api;
+use crate::dirs::Dirs;
+use crate::display;
+use crate::error::ClientError;
+use crate::login::StoredLogin;
+use crate::progress::Spinner;
+use crate::prompt::Tty;
+
+/// The server's password rule (`bothy-api`: the server checks it too).
+pub use bothy_api::auth::PASSWORD_MIN_CHARS;
+
+/// How many times a question whose answer the server refused is asked
+/// (like sudo's three password tries).
+pub const TRIES: u32 = 3;
+
+/// Whether stderr may carry colour: a terminal, and `NO_COLOR` unset or empty.
+pub fn color_enabled() -> bool {
+    std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
+}
+
+/// The stored login and an API client with its token.
+pub(crate) fn logged_in(dirs: &Dirs) -> Result<(StoredLogin, Api), ClientError> {
+    let stored = StoredLogin::load(dirs)?;
+    let server = ServerUrl::parse(&stored.server)?;
+    let api = Api::new(server, Some(stored.access_token.clone()))?;
+    Ok((stored, api))
+}
+
+/// A TOTP code as typed (spaces, as some apps show them, removed) when it
+/// has the form of one: six digits. `None` for a typo, which is said at once
+/// and never sent (a refused code would take a try of the rate limit).
+pub fn totp_form(typed: &str) -> Option<String> {
+    let code: String = typed.chars().filter(|c| !c.is_whitespace()).collect();
+    (code.len() == 6 && code.bytes().all(|b| b.is_ascii_digit())).then_some(code)
+}
+
+/// Asks for a TOTP code until it has the form of one (a typo is said and
+/// asked again, without a try of the server).
+pub(crate) fn ask_totp(tty: &mut Tty, question: &str) -> Result<String, ClientError> {
+    loop {
+        let typed = tty.ask(question)?;
+        match totp_form(&typed) {
+            Some(code) => return Ok(code),
+            None => tty.say("That is not a 6-digit code; type the code your app shows.\n")?,
+        }
+    }
+}
+
+/// Prints `value` as the JSON of a listing (times in RFC 3339).
+pub(crate) fn print_json(mut value: Value) {
+    display::json_times(&mut value);
+    println!("{value}");
+}
+
+/// A TOTP step-up (up to [`TRIES`] codes; a typo is said at once and not
+/// counted); its `step_up_id`.
+pub(crate) async fn step_up(api: &Api) -> Result<String, ClientError> {
+    let mut tty = Tty::open("the step-up")?;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let code = ask_totp(&mut tty, "TOTP code for the step-up: ")?;
+        let spinner = Spinner::start("checking the code");
+        let answer = api
+            .post(
+                "/api/v1/auth/step-up",
+                &json!({"method": "totp", "code": code}),
+            )
+            .await;
+        drop(spinner);
+        match answer {
+            Ok(answer) => return step_up_id(&answer),
+            Err(ClientError::Problem(problem))
+                if tries < TRIES && problem.is("step_up_required", Some("totp_invalid")) =>
+            {
+                tty.say("That code was wrong or used already; wait for the next one.\n")?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// The `step_up_id` of a step-up's answer.
+pub(crate) fn step_up_id(answer: &Value) -> Result<String, ClientError> {
+    answer
+        .get("step_up_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+        .ok_or_else(|| ClientError::Protocol("the step-up lacks step_up_id".into()))
+}
+
+pub(crate) fn uuid_of(host: &Value, key: &str) -> Result<Uuid, ClientError> {
+    host.get(key)
+        .and_then(Value::as_str)
+        .and_then(|text| Uuid::parse_str(text).ok())
+        .ok_or_else(|| ClientError::Protocol(format!("no {key} in the answer")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn totp_codes_have_six_digits() {
+        assert_eq!(totp_form("123456").as_deref(), Some("123456"));
+        assert_eq!(totp_form(" 123 456 ").as_deref(), Some("123456"));
+        for typo in ["12345", "1234567", "12a456", "", "one"] {
+            assert_eq!(totp_form(typo), None, "{typo}");
+        }
+    }
+}
