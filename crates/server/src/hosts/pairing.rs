@@ -76,6 +76,7 @@ use crate::identity::principal::PersonPrincipal;
 use crate::identity::{IdentityError, Invalid, step_up};
 use crate::pepper::{Pepper, PepperPurpose};
 use crate::permissions::i6;
+use crate::terminal::signals::{self, Signal};
 use crate::terminal::{self, EndScope};
 
 code_enum! {
@@ -294,6 +295,10 @@ pub async fn issue_code(
     .execute(uow.conn())
     .await
     .map_err(DbError::from)?;
+    if discard {
+        // Spec 9: every node closes the host's control connections (4110).
+        signals::stage(&mut uow, &Signal::HostClose { host_id: host.id });
+    }
     // Every session of the host runs on the keys just discarded (3.3).
     let ended = terminal::end(
         &mut uow,
@@ -1055,6 +1060,8 @@ async fn mismatch(
         .execute(uow.conn())
         .await
         .map_err(DbError::from)?;
+        // Spec 9: every node closes the host's control connections (4110).
+        signals::stage(uow, &Signal::HostClose { host_id: host.id });
         let version = super::bump_version(uow, host.id).await?;
         host_updated(uow, host.id, version, HostState::Pairing, true);
         (ConfirmResult::FingerprintMaxAttempts, 0)

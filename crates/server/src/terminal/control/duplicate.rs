@@ -26,6 +26,7 @@ use super::{ConnCommand, ControlConnection, End, command_sender, login::end_erro
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
 use crate::db::{self, DbError, UnitOfWork};
 use crate::hosts::{self, DisabledReason, Host, HostError, HostState};
+use crate::terminal::signals::{self, Signal};
 use crate::terminal::{EndScope, end};
 
 code_enum! {
@@ -210,6 +211,9 @@ async fn duplicate_verdict(
     .map_err(end_error)?;
     let version = hosts::bump_version(&mut uow, host.id).await?;
     hosts::host_updated(&mut uow, host.id, version, to_state, key_changed);
+    // Spec 9 and 3.4 rule b: every node closes the host's control connections
+    // with the code of the state it reads (D-M2-47-13).
+    signals::stage(&mut uow, &Signal::HostClose { host_id: host.id });
     uow.audit(
         AuditEntry::deny(AuditAction::HostConnect, Actor::Host(host.id))
             .target(TargetKind::Host, host.id)

@@ -290,7 +290,12 @@ pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket, 
                 signal = signals.recv(), if is_in => {
                     let Some(signal) = signal else { continue };
                     let Some(session) = logged_in.as_mut() else { continue };
-                    if let Err(end) = connection.on_signal(session, signal).await {
+                    let result = if signal == ControlSignal::CheckHost {
+                        connection.catch_up_and_check(session, &mut subscription).await
+                    } else {
+                        connection.on_signal(session, signal).await
+                    };
+                    if let Err(end) = result {
                         break end;
                     }
                 }
@@ -533,7 +538,43 @@ impl ControlConnection {
                 }))
             }
             ControlSignal::Close(code) => Err(End::code(code)),
+            ControlSignal::CheckHost => self.check_host(session).await,
         }
+    }
+
+    /// Spec 9 `terminal.host_close` (and the listener's reconciliation): first
+    /// the deliveries of the log tail up to the log's end as committed now, so
+    /// the `session.close` of the ends of the same transaction go out before
+    /// the close (D-87, D-500); then the host as read now decides.
+    async fn catch_up_and_check(
+        &self,
+        session: &LoggedIn,
+        subscription: &mut Option<Subscription>,
+    ) -> Result<(), End> {
+        if let Some(subscription) = subscription.as_mut() {
+            match crate::events::last_position(self.state.db()).await {
+                Ok(end) => {
+                    while subscription.position() < end {
+                        let delivery = subscription.recv().await;
+                        self.on_delivery(session, delivery).await?;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the control connection cannot read the event log");
+                    return Err(End::code(CloseCode::UnknownError));
+                }
+            }
+        }
+        self.check_host(session).await
+    }
+
+    /// The close of a host that may no longer be connected, unless this
+    /// node's duplicate verdict of the host runs (it closes itself).
+    async fn check_host(&self, session: &LoggedIn) -> Result<(), End> {
+        if duplicate::verdict_running(session.host_id) {
+            return Ok(());
+        }
+        self.host_close_check(session).await
     }
 
     /// A delivery of the log tail: session.close for a closed session of this
