@@ -19,6 +19,7 @@ mod terminal_common;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bothy_server::clock::Clock;
 use bothy_server::db::{Db, DbOptions, Engine, SIGNAL_CHANNEL};
 use bothy_server::terminal::signals::listener::{self, APPLICATION_NAME};
 use bothy_server::terminal::signals::node::{Node, run_local};
@@ -342,21 +343,31 @@ async fn reconciliation_closes_and_announces(engine: Engine) {
     .execute(server.state.db().pool())
     .await
     .unwrap();
+    let gone_conn = server.state.local_control_links().conn_id(gone_id).unwrap();
+    let kept_conn = server.state.local_control_links().conn_id(kept_id).unwrap();
     let mut announced = server.state.db().subscribe_signals();
     Node::new(server.state.clone()).reconcile().await;
 
     assert_eq!(gone_control.closed().await.0, 4110);
-    let payload = tokio::time::timeout(WAIT, announced.recv())
-        .await
-        .unwrap()
-        .unwrap();
-    let conn_id = server.state.local_control_links().conn_id(kept_id).unwrap();
+    // The announcement of the eligible connection, and the withdrawal of the
+    // closed one when it ends; nothing else.
+    let mut seen = vec![
+        next_signal(&mut announced).await,
+        next_signal(&mut announced).await,
+    ];
+    seen.sort_by_key(|signal| signal.kind());
     assert_eq!(
-        signals::decode(&payload),
-        Decoded::Signal(Signal::HostPresent {
-            host_id: kept_id,
-            conn_id
-        })
+        seen,
+        vec![
+            Signal::HostGone {
+                host_id: gone_id,
+                conn_id: gone_conn
+            },
+            Signal::HostPresent {
+                host_id: kept_id,
+                conn_id: kept_conn
+            },
+        ]
     );
     assert!(
         announced.try_recv().is_err(),
@@ -387,11 +398,181 @@ async fn local_task_delivers_in_order(engine: Engine) {
     tokio::time::timeout(WAIT, task).await.unwrap().unwrap();
 }
 
+// ---------------------------------------------------------------------------
+// Presence across nodes
+
+async fn next_signal(received: &mut tokio::sync::broadcast::Receiver<Arc<str>>) -> Signal {
+    let payload = tokio::time::timeout(WAIT, received.recv())
+        .await
+        .expect("a signal in time")
+        .unwrap();
+    match signals::decode(&payload) {
+        Decoded::Signal(signal) => signal,
+        other => panic!("not a signal: {other:?}"),
+    }
+}
+
+/// A control connection announces itself after its first report and after
+/// each heartbeat, withdraws itself when it ends, and its own node ignores
+/// both (no entry in the view).
+async fn own_connection_announces_and_withdraws(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let owner = owner_person(&server, "olivia").await;
+    let host = active_host(&server, &owner, "build box", None, 7, &["alice_os"], &[]).await;
+    let host_id = Uuid::parse_str(&host.host_id).unwrap();
+    let mut received = server.state.db().subscribe_signals();
+    let mut control = HostControl::login(&server, &host.keys, host_id).await;
+    let conn_id = server.state.local_control_links().conn_id(host_id).unwrap();
+    let present = Signal::HostPresent { host_id, conn_id };
+    control
+        .send(&bothy_proto::control::HostMessage::Report(
+            terminal_common::host_control::report(&["alice_os"]),
+        ))
+        .await;
+    assert_eq!(
+        next_signal(&mut received).await,
+        present,
+        "after the first report"
+    );
+    control.heartbeat().await;
+    assert_eq!(
+        next_signal(&mut received).await,
+        present,
+        "after a heartbeat"
+    );
+    assert!(received.try_recv().is_err());
+
+    control.ws.close(None).await.unwrap();
+    assert_eq!(
+        next_signal(&mut received).await,
+        Signal::HostGone { host_id, conn_id }
+    );
+    let window = presence_window(&server);
+    assert!(
+        !server
+            .state
+            .presence()
+            .counts(host_id, server.clock.now_ms(), window)
+    );
+    assert!(!server.state.control_links().is_connected(host_id));
+}
+
+fn presence_window(server: &TestServer) -> i64 {
+    bothy_server::terminal::signals::presence::window_ms(&server.state.config().terminal)
+}
+
+async fn next_presence(subscription: &mut bothy_server::events::Subscription) -> (String, bool) {
+    loop {
+        let delivery = tokio::time::timeout(WAIT, subscription.recv())
+            .await
+            .expect("an event in time")
+            .expect("the tail runs");
+        if let bothy_server::events::Delivery::Ephemeral(event) = delivery {
+            if event.kind == bothy_server::events::EphemeralKind::HostPresenceChanged {
+                return (
+                    event.payload["host_id"].as_str().unwrap().to_owned(),
+                    event.payload["connected"].as_bool().unwrap(),
+                );
+            }
+        }
+    }
+}
+
+/// Another node's announcements: the host counts as connected here (the
+/// opening's check and `GET /hosts/{id}`) for the window after the last one,
+/// with `host.presence_changed` on this node; `terminal.host_gone` and the
+/// end of the window take it back.
+async fn presence_of_another_node(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let owner = owner_person(&server, "olivia").await;
+    let host = active_host(&server, &owner, "build box", None, 7, &["alice_os"], &[]).await;
+    let host_id = Uuid::parse_str(&host.host_id).unwrap();
+    let elsewhere = Uuid::from_u128(0x0192_f0c1_7a4e_7c3b_9d2e_1f0a_2b3c_4d5e);
+    let window = presence_window(&server);
+    let events = server.state.events();
+    let mut subscription = events.subscribe_from(events.position());
+    let connected = |server: &TestServer| server.state.control_links().is_connected(host_id);
+    assert!(!connected(&server));
+
+    let present = Signal::HostPresent {
+        host_id,
+        conn_id: elsewhere,
+    };
+    signals::send(server.state.db(), &present).await.unwrap();
+    assert_eq!(
+        next_presence(&mut subscription).await,
+        (host.host_id.clone(), true)
+    );
+    assert!(connected(&server));
+    assert_eq!(
+        get_host(&server, owner.token(), &host.host_id).await.body["connected"],
+        true
+    );
+    // Renewed within the window: no new event; counting up to the window
+    // after the last announcement, inclusive.
+    server
+        .clock
+        .advance(Duration::from_millis(u64::try_from(window).unwrap()));
+    signals::send(server.state.db(), &present).await.unwrap();
+    // The handler takes the signals in order: once a marker host appeared,
+    // the renewal was handled.
+    let marker = Uuid::from_u128(0x0192_f0c1_7a4e_7c3b_9d2e_1f0a_2b3c_4d5f);
+    let marker_present = Signal::HostPresent {
+        host_id: marker,
+        conn_id: elsewhere,
+    };
+    signals::send(server.state.db(), &marker_present)
+        .await
+        .unwrap();
+    assert_eq!(
+        next_presence(&mut subscription).await,
+        (marker.to_string(), true)
+    );
+    server
+        .clock
+        .advance(Duration::from_millis(u64::try_from(window).unwrap()));
+    assert!(connected(&server));
+    // One past the window: the marker (older) and the host expire.
+    server.clock.advance(Duration::from_millis(1));
+    let mut expired = vec![
+        next_presence(&mut subscription).await,
+        next_presence(&mut subscription).await,
+    ];
+    expired.sort();
+    let mut expected = vec![(host.host_id.clone(), false), (marker.to_string(), false)];
+    expected.sort();
+    assert_eq!(expired, expected);
+    assert!(!connected(&server));
+
+    // Announced again, then withdrawn.
+    signals::send(server.state.db(), &present).await.unwrap();
+    assert_eq!(
+        next_presence(&mut subscription).await,
+        (host.host_id.clone(), true)
+    );
+    signals::send(
+        server.state.db(),
+        &Signal::HostGone {
+            host_id,
+            conn_id: elsewhere,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_presence(&mut subscription).await,
+        (host.host_id.clone(), false)
+    );
+    assert!(!connected(&server));
+}
+
 both_engines!(
     local_transport_follows_the_commit,
     local_task_delivers_in_order,
     host_close_signal_closes_with_the_state_code,
     reconciliation_closes_and_announces,
+    own_connection_announces_and_withdraws,
+    presence_of_another_node,
 );
 
 mod postgres_only {

@@ -97,6 +97,7 @@ use crate::terminal::channel_limits;
 use crate::terminal::host_auth::{self, HostAuthRefusal};
 use crate::terminal::links::ControlSignal;
 use crate::terminal::relay::TICK;
+use crate::terminal::signals::{self, Signal};
 
 /// What one connection task can be asked by another connection of the same
 /// host on this node (3.4): answer a probe, or close.
@@ -521,7 +522,23 @@ impl ControlConnection {
         if changed {
             session.jwks_sent = jwks;
         }
+        if session.report_applied {
+            self.announce(session).await;
+        }
         Ok(())
+    }
+
+    /// Spec 9 `terminal.host_present` (outside any unit of work): after the
+    /// first report and after each heartbeat, so a lost announcement is
+    /// repeated. A failure is logged; the next heartbeat tries again.
+    async fn announce(&self, session: &LoggedIn) {
+        let present = Signal::HostPresent {
+            host_id: session.host_id,
+            conn_id: self.conn_id,
+        };
+        if let Err(error) = signals::send(self.state.db(), &present).await {
+            tracing::warn!(%error, "the control connection could not announce itself");
+        }
     }
 
     /// A signal from another part of the server.
@@ -654,6 +671,19 @@ impl ControlConnection {
         if session.report_applied {
             self.state.metrics().control_hosts_connected().dec();
         }
+        self.state
+            .presence()
+            .own_closed(self.conn_id, self.state.clock().now_ms());
+        if session.report_applied {
+            // Spec 9 `terminal.host_gone`: every node removes this entry.
+            let gone = Signal::HostGone {
+                host_id: session.host_id,
+                conn_id: self.conn_id,
+            };
+            if let Err(error) = signals::send(self.state.db(), &gone).await {
+                tracing::warn!(%error, "the control connection could not withdraw itself");
+            }
+        }
         if !was_registered || self.superseded {
             return;
         }
@@ -683,7 +713,7 @@ impl ControlConnection {
 }
 
 /// `host.presence_changed {host_id, connected}` to everyone with host.read.
-fn presence(host_id: Uuid, connected: bool) -> EphemeralEvent {
+pub(crate) fn presence(host_id: Uuid, connected: bool) -> EphemeralEvent {
     let mut payload = Map::new();
     payload.insert("host_id".into(), json!(db::id_text(&host_id)));
     payload.insert("connected".into(), json!(connected));

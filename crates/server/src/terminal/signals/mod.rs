@@ -12,7 +12,9 @@
 //!   connection of the process (application name `bothy-ephemeral`), its
 //!   reconnect and the reconciliation after it;
 //! - [`node`]: this process's handler ([`node::Node`]) and the task that feeds
-//!   it from the listener (several nodes) or the local transport (one node).
+//!   it from the listener (several nodes) or the local transport (one node);
+//! - [`presence`]: the presence view of the node and the port
+//!   [`ControlLinks`](crate::terminal::links::ControlLinks) over it.
 //!
 //! # Transport
 //! The `db` module carries the payloads: with several nodes a signal staged in
@@ -32,6 +34,7 @@
 
 pub mod listener;
 pub mod node;
+pub mod presence;
 
 use std::future::Future;
 

@@ -10,11 +10,18 @@
 //!   connection first catches up with the log tail, so the `session.close` of
 //!   the sessions ended in the same transaction reach the host before the
 //!   close (docs/decisions.md D-87, D-500).
-//! - `terminal.session_open`, `terminal.host_present`, `terminal.host_gone`,
-//!   `terminal.session_paired`: nothing yet. No unit of work of this build
-//!   sends them; the presence view, the probation and the openings across
-//!   nodes are the rest of issue 18, and until they exist `serve` refuses
-//!   `cluster.mode: multi` (D-321). A forged one therefore causes nothing.
+//! - `terminal.host_present`, `terminal.host_gone`: the presence view of the
+//!   node ([`super::presence`]; announcements of its own connections are
+//!   ignored). A host that starts or stops counting there while it has no
+//!   eligible connection on this node gets `host.presence_changed` on this
+//!   node, so the event is true on every node (10.2). Entries that outlive
+//!   the window expire on the node's clock, looked at every
+//!   [`TICK`](crate::terminal::relay::TICK), with the same event.
+//! - `terminal.session_open`, `terminal.session_paired`: nothing yet. No unit
+//!   of work of this build sends them; rules b and c of 3.4, the probation
+//!   and the openings across nodes are the rest of issue 18, and until they
+//!   exist `serve` refuses `cluster.mode: multi` (D-321). A forged one
+//!   therefore causes nothing.
 //!
 //! The reconciliation after the listener's `LISTEN` succeeded again: the
 //! node reads the host of every control connection it holds; a connection of
@@ -28,12 +35,14 @@ use std::sync::Arc;
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
+use super::presence::{self, Change};
 use super::{Signal, SignalHandler, deliver, listener};
 use crate::config::ClusterMode;
 use crate::db::DbError;
 use crate::hosts::{self, HostState};
 use crate::state::AppState;
 use crate::terminal::links::{ControlLinks, ControlSignal};
+use crate::terminal::relay::TICK;
 
 /// The handler of this process.
 #[derive(Debug, Clone)]
@@ -45,6 +54,30 @@ impl Node {
     /// The handler over the process's state.
     pub fn new(state: AppState) -> Node {
         Node { state }
+    }
+
+    fn window(&self) -> i64 {
+        presence::window_ms(&self.state.config().terminal)
+    }
+
+    /// `host.presence_changed` on this node for a host whose presence
+    /// elsewhere changed, unless it has an eligible connection here (whose
+    /// own events say it).
+    fn presence_changed(&self, host_id: uuid::Uuid, connected: bool) {
+        if self.state.local_control_links().is_connected(host_id) {
+            return;
+        }
+        self.state
+            .db()
+            .publish_ephemeral(crate::terminal::control::presence(host_id, connected));
+    }
+
+    /// Drops the entries that outlived the window.
+    pub fn expire(&self) {
+        let now = self.state.clock().now_ms();
+        for host_id in self.state.presence().expire(now, self.window()) {
+            self.presence_changed(host_id, false);
+        }
     }
 
     fn check_host(&self, host_id: uuid::Uuid) {
@@ -60,11 +93,28 @@ impl SignalHandler for Node {
     async fn handle(&self, signal: Signal) {
         match signal {
             Signal::HostClose { host_id } => self.check_host(host_id),
+            Signal::HostPresent { host_id, conn_id } => {
+                let now = self.state.clock().now_ms();
+                let change = self
+                    .state
+                    .presence()
+                    .renew(host_id, conn_id, now, self.window());
+                if change == Change::Appeared {
+                    self.presence_changed(host_id, true);
+                }
+            }
+            Signal::HostGone { host_id, conn_id } => {
+                let now = self.state.clock().now_ms();
+                let change = self
+                    .state
+                    .presence()
+                    .remove(host_id, conn_id, now, self.window());
+                if change == Change::Vanished {
+                    self.presence_changed(host_id, false);
+                }
+            }
             // See the module docs: not sent by this build.
-            Signal::SessionOpen { .. }
-            | Signal::HostPresent { .. }
-            | Signal::HostGone { .. }
-            | Signal::SessionPaired { .. } => {}
+            Signal::SessionOpen { .. } | Signal::SessionPaired { .. } => {}
         }
     }
 
@@ -103,15 +153,34 @@ impl SignalHandler for Node {
 pub fn start(state: AppState) -> JoinHandle<()> {
     let node = Arc::new(Node::new(state.clone()));
     let shutdown = state.shutdown().watch();
+    let expiry = run_expiry(Arc::clone(&node), shutdown.clone());
     match state.config().cluster.mode {
         ClusterMode::Multi => {
             let url = state.db().url().to_owned();
             let cap = state.config().database.listen_reconnect_backoff_cap;
-            tokio::spawn(listener::run(url, node, cap, shutdown))
+            let feed = listener::run(url, node, cap, shutdown);
+            tokio::spawn(async move {
+                tokio::join!(feed, expiry);
+            })
         }
         ClusterMode::Single => {
             let receiver = state.db().subscribe_signals();
-            tokio::spawn(run_local(receiver, node, shutdown))
+            let feed = run_local(receiver, node, shutdown);
+            tokio::spawn(async move {
+                tokio::join!(feed, expiry);
+            })
+        }
+    }
+}
+
+/// Looks at the presence view every [`TICK`] until the shutdown.
+async fn run_expiry(node: Arc<Node>, mut shutdown: tokio::sync::watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = listener::shutdown_signalled(&mut shutdown) => return,
+            _ = tick.tick() => node.expire(),
         }
     }
 }
