@@ -566,6 +566,149 @@ async fn presence_of_another_node(engine: Engine) {
     assert!(!connected(&server));
 }
 
+// ---------------------------------------------------------------------------
+// 3.4 across nodes: rules b and c (the other node's announcement sent by hand)
+
+fn conn_id_at(ms: i64) -> Uuid {
+    bothy_proto::ids::uuid_v7(u64::try_from(ms).unwrap()).unwrap()
+}
+
+/// Rule b, the older connection here does not answer the probe: 4009, the
+/// allow entry of a replaced connection, and its withdrawal.
+async fn rule_b_dead_older_connection_is_replaced(engine: Engine) {
+    let server =
+        TestServer::start_with(engine, "terminal:\n  host_duplicate_probe_timeout: 300ms\n").await;
+    let owner = owner_person(&server, "olivia").await;
+    let host = active_host(&server, &owner, "build box", None, 7, &["alice_os"], &[]).await;
+    let host_id = Uuid::parse_str(&host.host_id).unwrap();
+    let mut older = HostControl::connected(&server, &host.keys, host_id, &["alice_os"]).await;
+    let own = server.state.local_control_links().conn_id(host_id).unwrap();
+    let mut received = server.state.db().subscribe_signals();
+    // Another node accepted a newer connection of the host; the older one
+    // here stops reading, so its pong never comes.
+    let newer = conn_id_at(server.clock.now_ms() + 60_000);
+    signals::send(
+        server.state.db(),
+        &Signal::HostPresent {
+            host_id,
+            conn_id: newer,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_signal(&mut received).await,
+        Signal::HostPresent {
+            host_id,
+            conn_id: newer
+        }
+    );
+    assert_eq!(
+        next_signal(&mut received).await,
+        Signal::HostGone {
+            host_id,
+            conn_id: own
+        },
+        "the replaced connection withdraws itself"
+    );
+    assert_eq!(older.closed().await.0, 4009);
+    let allows = identity_common::audit_of(&server, "host.connect", "allow").await;
+    let replaced: Vec<_> = allows
+        .iter()
+        .filter(|row| {
+            row.details.get("code") == Some(&serde_json::json!("stale_connection_replaced"))
+        })
+        .collect();
+    assert_eq!(replaced.len(), 1);
+    // The host stays active and counts through the other node's entry.
+    let read = get_host(&server, owner.token(), &host.host_id).await.body;
+    assert_eq!(read["state"], "active");
+    assert_eq!(read["connected"], true);
+}
+
+/// Rule b, the older connection here answers: copied keys. The verdict
+/// disables the host with `duplicate_connection`, audits it, and the older
+/// connection closes with 4112.
+async fn rule_b_live_older_connection_disables(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let owner = owner_person(&server, "olivia").await;
+    let host = active_host(&server, &owner, "build box", None, 7, &["alice_os"], &[]).await;
+    let host_id = Uuid::parse_str(&host.host_id).unwrap();
+    let older = HostControl::connected(&server, &host.keys, host_id, &["alice_os"]).await;
+    // It keeps reading, so it answers pings.
+    let reader = tokio::spawn(async move {
+        let mut older = older;
+        older.closed().await
+    });
+    let newer = conn_id_at(server.clock.now_ms() + 60_000);
+    signals::send(
+        server.state.db(),
+        &Signal::HostPresent {
+            host_id,
+            conn_id: newer,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(reader.await.unwrap().0, 4112);
+    let read = get_host(&server, owner.token(), &host.host_id).await.body;
+    assert_eq!(read["state"], "disabled");
+    assert_eq!(read["disabled_reason"], "duplicate_connection");
+    let denials = identity_common::audit_of(&server, "host.connect", "deny").await;
+    assert_eq!(
+        denials
+            .iter()
+            .filter(
+                |row| row.details.get("code") == Some(&serde_json::json!("duplicate_connection"))
+            )
+            .count(),
+        1
+    );
+}
+
+/// Rule c: an announcement of an older connection elsewhere while this node
+/// holds a newer one: this node announces its own at once (and probes
+/// nothing: its connection stays).
+async fn rule_c_newer_connection_announces_itself(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let owner = owner_person(&server, "olivia").await;
+    let host = active_host(&server, &owner, "build box", None, 7, &["alice_os"], &[]).await;
+    let host_id = Uuid::parse_str(&host.host_id).unwrap();
+    let mut control = HostControl::connected(&server, &host.keys, host_id, &["alice_os"]).await;
+    let own = server.state.local_control_links().conn_id(host_id).unwrap();
+    let mut received = server.state.db().subscribe_signals();
+    let older = conn_id_at(server.clock.now_ms() - 60_000);
+    signals::send(
+        server.state.db(),
+        &Signal::HostPresent {
+            host_id,
+            conn_id: older,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        next_signal(&mut received).await,
+        Signal::HostPresent {
+            host_id,
+            conn_id: older
+        }
+    );
+    assert_eq!(
+        next_signal(&mut received).await,
+        Signal::HostPresent {
+            host_id,
+            conn_id: own
+        },
+        "rule c: the newer one answers with its own announcement"
+    );
+    control.heartbeat().await;
+    assert_eq!(
+        server.state.local_control_links().conn_id(host_id),
+        Some(own)
+    );
+}
+
 both_engines!(
     local_transport_follows_the_commit,
     local_task_delivers_in_order,
@@ -573,6 +716,9 @@ both_engines!(
     reconciliation_closes_and_announces,
     own_connection_announces_and_withdraws,
     presence_of_another_node,
+    rule_b_dead_older_connection_is_replaced,
+    rule_b_live_older_connection_disables,
+    rule_c_newer_connection_announces_itself,
 );
 
 mod postgres_only {

@@ -80,6 +80,34 @@ impl Node {
         }
     }
 
+    /// Rules b and c of 3.4 for an announced connection `announced` of the
+    /// host: this node's own connection of the host, if older, is probed
+    /// (in a task of its own; the handler goes on); if newer, it announces
+    /// itself at once so the node of the older one probes. The node's own
+    /// announcements never get here ([`PresenceView`](super::presence::PresenceView)).
+    async fn compare_with_own(&self, host_id: uuid::Uuid, announced: uuid::Uuid) {
+        let Some(own) = self.state.local_control_links().conn_id(host_id) else {
+            return;
+        };
+        if own == announced || self.state.presence().is_own(announced) {
+            return;
+        }
+        if own < announced {
+            let state = self.state.clone();
+            tokio::spawn(async move {
+                crate::terminal::control::duplicate::probe_older_here(&state, host_id, own).await;
+            });
+        } else {
+            let present = Signal::HostPresent {
+                host_id,
+                conn_id: own,
+            };
+            if let Err(error) = super::send(self.state.db(), &present).await {
+                tracing::warn!(%error, "a control connection could not be announced");
+            }
+        }
+    }
+
     fn check_host(&self, host_id: uuid::Uuid) {
         // No connection of the host here: nothing to close.
         let _ = self
@@ -94,6 +122,7 @@ impl SignalHandler for Node {
         match signal {
             Signal::HostClose { host_id } => self.check_host(host_id),
             Signal::HostPresent { host_id, conn_id } => {
+                self.compare_with_own(host_id, conn_id).await;
                 let now = self.state.clock().now_ms();
                 let change = self
                     .state

@@ -132,6 +132,11 @@ impl PresenceView {
         self.lock().own.insert(conn_id, Some(now));
     }
 
+    /// Whether `conn_id` is (or recently was) a connection of this node.
+    pub fn is_own(&self, conn_id: Uuid) -> bool {
+        self.lock().own.contains_key(&conn_id)
+    }
+
     /// `terminal.host_present`: renews the entry.
     pub fn renew(&self, host_id: Uuid, conn_id: Uuid, now: UnixMillis, window: i64) -> Change {
         let mut inner = self.lock();
