@@ -31,12 +31,13 @@ use tokio::task::JoinHandle;
 
 use crate::clock::SharedClock;
 use crate::config::{ClusterMode, Config, Tls};
-use crate::db::{Db, DbError};
+use crate::db::{Db, DbError, DbOptions};
 use crate::events::{EventsError, LogTail, TailConfig};
 use crate::http;
 use crate::pepper::{Pepper, PepperError};
 use crate::shutdown::{CLOSE_ANSWER_WAIT, Shutdown};
 use crate::state::AppState;
+use crate::terminal::signals;
 use crate::terminal::sweep::{self, SweepError};
 use crate::tls::{self, TlsError, TlsSource};
 
@@ -109,6 +110,9 @@ pub struct App {
     tail_task: JoinHandle<()>,
     /// The task of the job `terminal.sweep`, awaited by [`App::serve`].
     sweep_task: JoinHandle<()>,
+    /// The task that hands the signals of section 9 to this process's
+    /// handler, awaited by [`App::serve`].
+    signals_task: JoinHandle<()>,
 }
 
 impl App {
@@ -152,13 +156,18 @@ impl App {
             clock.clone(),
             shutdown.listener().watch(),
         );
+        let state = AppState::new(config, db, clock, pepper, events, shutdown.listener());
+        // The signals of section 9: the listener with several nodes, the
+        // local transport with one.
+        let signals_task = signals::node::start(state.clone());
         Ok(App {
-            state: AppState::new(config, db, clock, pepper, events, shutdown.listener()),
+            state,
             tls: server_tls.config,
             ca_file: server_tls.ca_file,
             shutdown,
             tail_task,
             sweep_task,
+            signals_task,
         })
     }
 
@@ -191,6 +200,7 @@ impl App {
             shutdown: trigger,
             tail_task,
             sweep_task,
+            signals_task,
             ..
         } = self;
         let router = http::router(state.clone());
@@ -220,6 +230,9 @@ impl App {
         if let Err(error) = sweep_task.await {
             tracing::error!(%error, "the terminal.sweep task failed");
         }
+        if let Err(error) = signals_task.await {
+            tracing::error!(%error, "the signal task failed");
+        }
         state.db().close().await;
         result.map_err(StartError::Serve)
     }
@@ -242,7 +255,11 @@ impl Store {
     pub async fn open(config: &Config) -> Result<Store, StartError> {
         ensure_private_dir(&config.server.data_dir)?;
         let pepper = Pepper::load_or_create(&config.token_pepper_path())?;
-        let db = Db::connect(config.database_url().expose()).await?;
+        let options = DbOptions {
+            signals_over_notify: config.cluster.mode == ClusterMode::Multi,
+            ..DbOptions::default()
+        };
+        let db = Db::connect_with(config.database_url().expose(), &options).await?;
         db.migrate().await?;
         Ok(Store { db, pepper })
     }

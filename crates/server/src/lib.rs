@@ -68,6 +68,7 @@ pub mod identity;
 pub mod metrics;
 pub mod pepper;
 pub mod permissions;
+pub mod proxies;
 pub mod ratelimit;
 pub mod revocation;
 pub mod rlimit;

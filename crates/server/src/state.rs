@@ -20,6 +20,7 @@ use crate::ratelimit::RateLimiter;
 use crate::shutdown::ShutdownListener;
 use crate::terminal::links::{ControlLinks, LocalControlLinks};
 use crate::terminal::relay::Relay;
+use crate::terminal::signals::presence::{self, NodeLinks, PresenceView};
 
 /// What every handler can reach: the configuration, the database, the clock,
 /// the pepper, the rate limits, the log tail, the metrics and the shutdown
@@ -60,6 +61,10 @@ struct AppInner {
     shutdown: ShutdownListener,
     /// The control connections of this process (3.4, 3.5).
     control_links: Arc<LocalControlLinks>,
+    /// The hosts connected to other nodes (spec 9 "Presence across nodes").
+    presence: Arc<PresenceView>,
+    /// The port over both: "host connected" of 6.1 step 2.
+    node_links: NodeLinks,
     /// The relay of this process (6.1, 6.2).
     relay: Arc<Relay>,
 }
@@ -80,6 +85,14 @@ impl AppState {
         let host_limit = RateLimiter::new(config.rl.host);
         let step_up_person = RateLimiter::new(config.rl.step_up_person);
         let step_up_address = RateLimiter::new(config.rl.step_up_address);
+        let control_links = Arc::new(LocalControlLinks::new());
+        let presence = Arc::new(PresenceView::new());
+        let node_links = NodeLinks::new(
+            Arc::clone(&control_links),
+            Arc::clone(&presence),
+            clock.clone(),
+            presence::window_ms(&config.terminal),
+        );
         AppState {
             inner: Arc::new(AppInner {
                 config,
@@ -94,7 +107,9 @@ impl AppState {
                 events,
                 metrics: Metrics::new(),
                 shutdown,
-                control_links: Arc::new(LocalControlLinks::new()),
+                control_links,
+                presence,
+                node_links,
                 relay: Arc::new(Relay::new()),
             }),
         }
@@ -163,7 +178,12 @@ impl AppState {
     /// The port to the control connections (is a host connected, send it a
     /// signal), for every caller outside the control connection itself.
     pub fn control_links(&self) -> &dyn ControlLinks {
-        self.inner.control_links.as_ref()
+        &self.inner.node_links
+    }
+
+    /// This node's view of the hosts connected to other nodes (spec 9).
+    pub fn presence(&self) -> &PresenceView {
+        &self.inner.presence
     }
 
     /// The registry of this process's control connections, for the control

@@ -77,6 +77,15 @@ fn server(s: &Section<'_>) -> Result<ServerConfig, ConfigError> {
             1,
             1_000_000,
         )?,
+        trusted_proxies: match s.string("trusted_proxies")? {
+            None => d.trusted_proxies,
+            Some((text, key)) => {
+                text.parse()
+                    .map_err(|error: crate::proxies::InvalidProxies| {
+                        ConfigError::invalid(&key, error.to_string())
+                    })?
+            }
+        },
     })
 }
 

@@ -41,6 +41,7 @@ pub(crate) fn to_redacted_yaml(c: &Config) -> String {
         "max_connections_per_address",
         c.server.max_connections_per_address,
     );
+    w.string("trusted_proxies", &c.server.trusted_proxies.to_string());
 
     w.section("database");
     match &c.database.url {

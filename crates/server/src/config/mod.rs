@@ -31,6 +31,7 @@
 //! | `server.header_read_timeout` | 30s | D-350; the first request's head, from the accept (TLS handshake included) |
 //! | `server.idle_timeout` | 75s | D-350; a connection without a request, or a request without traffic |
 //! | `server.max_connections_per_address` | 128 | D-351; HTTP connections (not upgraded WebSockets) per client address; 1..=1000000 |
+//! | `server.trusted_proxies` | empty | 9, D-506; CIDRs separated by commas; only a request from one of them has its client address taken from `Forwarded`/`X-Forwarded-For`; behind an edge raise `server.max_connections_per_address` to the edge's concurrent HTTP connections per node |
 //! | `database.url` | absent: `sqlite://<data_dir>/bothy.sqlite` | DESIGN §3; `sqlite://`, `postgres://`, `postgresql://` |
 //! | `database.tx_retry_max` | 3 | 6.3; 0..=100 |
 //! | `database.listen_reconnect_backoff_cap` | 30s | 9 |
@@ -99,6 +100,7 @@ pub mod fuzzing;
 mod schema;
 mod values;
 
+use crate::proxies::TrustedProxies;
 use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -171,6 +173,9 @@ pub struct ServerConfig {
     /// the end, or to a WebSocket upgrade) of one client address; more are
     /// closed at accept.
     pub max_connections_per_address: usize,
+    /// `server.trusted_proxies`: the edges whose `Forwarded` or
+    /// `X-Forwarded-For` names the client ([`crate::proxies`], D-506).
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Default for ServerConfig {
@@ -184,6 +189,7 @@ impl Default for ServerConfig {
             header_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(75),
             max_connections_per_address: 128,
+            trusted_proxies: TrustedProxies::default(),
         }
     }
 }

@@ -65,6 +65,7 @@ pub(crate) const SERVER: &[Key] = &[
     scalar("header_read_timeout"),
     scalar("idle_timeout"),
     scalar("max_connections_per_address"),
+    scalar("trusted_proxies"),
 ];
 
 pub(crate) const TLS_FILES: &[Key] = &[scalar("cert_file"), scalar("key_file")];

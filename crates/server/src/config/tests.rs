@@ -639,6 +639,7 @@ fn everything_changed() -> Config {
     Config::from_yaml_str(
         "server:\n  listen: 127.0.0.1:0\n  public_url: http://10.0.0.1:8080\n  data_dir: /srv/b\n  tls: {cert_file: /c.pem, key_file: /k.pem}\n\
          \x20 tls_off_beyond_loopback: true\n  header_read_timeout: 31s\n  idle_timeout: 76s\n  max_connections_per_address: 129\n\
+         \x20 trusted_proxies: '10.0.0.0/8, 2001:db8::/32'\n\
          database:\n  url: postgres://bothy@db/bothy\n  tx_retry_max: 9\n  listen_reconnect_backoff_cap: 1m 30s\n\
          cluster:\n  mode: multi\n\
          auth:\n  clock_leeway: 1s 500ms\n  token_pepper_file: /p\n  login_session_ttl: 1h\n  enrollment_code_ttl: 2h\n  totp_step: 60s\n  totp_skew_steps: 2\n\

@@ -45,6 +45,17 @@
 //! [`Db::probe_write`] is the write probe of `/readyz`. Error messages carry
 //! the driver's cause ([`cause`]) without values or the URL.
 //!
+//! # Signals between nodes (spec 24 section 9)
+//! A signal is a short text for the live connections of every api process
+//! (the terminal module encodes and decodes it). With
+//! [`DbOptions::signals_over_notify`] on PostgreSQL (`cluster.mode: multi`) a
+//! signal staged in a unit of work ([`UnitOfWork::signal`]) is a `NOTIFY` on
+//! [`SIGNAL_CHANNEL`] inside its transaction, which PostgreSQL delivers to
+//! every listener, the sender's included, only after the commit and never
+//! after a rollback; one node (`cluster.mode: single`) hands it to the local
+//! transport ([`Db::subscribe_signals`]) after the commit instead and sends no
+//! `NOTIFY`. [`Db::send_signal`] sends one outside a unit of work.
+//!
 //! # Layout
 //! - `migrate`: the embedded migrations and their runner.
 //! - `uow`: [`UnitOfWork`].
@@ -390,7 +401,18 @@ pub struct DbOptions {
     /// Buffer of the in-process channel of ephemeral events; a subscriber that
     /// falls further behind loses the oldest ones (they are live-only by nature).
     pub ephemeral_capacity: usize,
+    /// `cluster.mode: multi`: signals travel as `NOTIFY` on [`SIGNAL_CHANNEL`]
+    /// (PostgreSQL only; ignored on SQLite, which the configuration refuses
+    /// with several nodes). Off: the local transport of this process.
+    pub signals_over_notify: bool,
 }
+
+/// The PostgreSQL channel of the signals between nodes (spec 24 section 9).
+pub const SIGNAL_CHANNEL: &str = "ephemeral";
+
+/// The largest payload PostgreSQL accepts for `NOTIFY` is 8000 bytes; a signal
+/// is far below (about 120 bytes), anything longer is a programming error.
+pub const SIGNAL_MAX_BYTES: usize = 7999;
 
 impl Default for DbOptions {
     fn default() -> Self {
@@ -399,6 +421,7 @@ impl Default for DbOptions {
             acquire_timeout: Duration::from_secs(10),
             sqlite_busy_timeout: Duration::from_secs(5),
             ephemeral_capacity: 1024,
+            signals_over_notify: false,
         }
     }
 }
@@ -427,6 +450,10 @@ struct Inner {
     commits: watch::Sender<u64>,
     /// Ephemeral events: live in this process only, never stored.
     ephemeral: broadcast::Sender<Arc<EphemeralEvent>>,
+    /// Signals go out as `NOTIFY` (module docs).
+    signals_over_notify: bool,
+    /// The local transport of the signals (one node).
+    signals: broadcast::Sender<Arc<str>>,
 }
 
 impl fmt::Debug for Db {
@@ -513,6 +540,7 @@ impl Db {
 
         let (commits, _) = watch::channel(0);
         let (ephemeral, _) = broadcast::channel(options.ephemeral_capacity.max(1));
+        let (signals, _) = broadcast::channel(options.ephemeral_capacity.max(1));
         Ok(Db {
             inner: Arc::new(Inner {
                 pool,
@@ -523,6 +551,8 @@ impl Db {
                 probe: tokio::sync::Mutex::new(None),
                 commits,
                 ephemeral,
+                signals_over_notify: options.signals_over_notify && engine == Engine::Postgres,
+                signals,
             }),
         })
     }
@@ -681,10 +711,50 @@ impl Db {
         self.inner.commits.send_modify(|n| *n = n.wrapping_add(1));
     }
 
+    /// Whether signals travel as `NOTIFY` (several nodes) rather than over
+    /// the local transport of this process.
+    pub fn signals_over_notify(&self) -> bool {
+        self.inner.signals_over_notify
+    }
+
+    /// Sends a signal outside a unit of work (module docs): a `NOTIFY` now
+    /// with several nodes, else the local transport.
+    pub async fn send_signal(&self, payload: String) -> Result<(), DbError> {
+        if self.inner.signals_over_notify {
+            notify_signal(&mut *self.inner.pool.acquire().await?, &payload).await
+        } else {
+            self.publish_signal(payload);
+            Ok(())
+        }
+    }
+
+    /// A receiver of the signals of the local transport (one node) from now on.
+    pub fn subscribe_signals(&self) -> broadcast::Receiver<Arc<str>> {
+        self.inner.signals.subscribe()
+    }
+
+    /// Hands a signal to the local transport.
+    pub(crate) fn publish_signal(&self, payload: String) {
+        // An error only means that nobody listens.
+        let _ = self.inner.signals.send(Arc::from(payload));
+    }
+
     /// The URL, for the PostgreSQL listener. Never log it.
     pub(crate) fn url(&self) -> &str {
         &self.inner.url
     }
+}
+
+/// `NOTIFY` of one signal on [`SIGNAL_CHANNEL`] (in the caller's transaction,
+/// if any).
+pub(crate) async fn notify_signal(conn: &mut AnyConnection, payload: &str) -> Result<(), DbError> {
+    debug_assert!(payload.len() <= SIGNAL_MAX_BYTES);
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(SIGNAL_CHANNEL)
+        .bind(payload)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 /// Adds `mode=rwc` (create the file if missing) unless the URL chooses a mode.

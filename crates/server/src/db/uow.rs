@@ -25,8 +25,9 @@ pub struct Committed {
 
 /// One transaction with its audit entries, events and after-commit actions.
 ///
-/// [`UnitOfWork::commit`] writes the collected audit and event rows in the
-/// transaction, commits, and only then publishes ephemeral events, runs the
+/// [`UnitOfWork::commit`] writes the collected audit and event rows (and the
+/// `NOTIFY` of its signals with several nodes) in the transaction, commits,
+/// and only then publishes ephemeral events (and the signals of one node), runs the
 /// after-commit actions and wakes the log tail. Dropped without commit it rolls
 /// back and runs nothing.
 pub struct UnitOfWork {
@@ -36,6 +37,7 @@ pub struct UnitOfWork {
     audit: Vec<AuditEntry>,
     events: Vec<DurableEvent>,
     ephemeral: Vec<EphemeralEvent>,
+    signals: Vec<String>,
     after_commit: Vec<AfterCommit>,
     /// SQLite: the in-process writer gate (see `db`), held until commit or drop.
     _writer: Option<OwnedSemaphorePermit>,
@@ -49,6 +51,7 @@ impl fmt::Debug for UnitOfWork {
             .field("audit", &self.audit.len())
             .field("events", &self.events.len())
             .field("ephemeral", &self.ephemeral.len())
+            .field("signals", &self.signals.len())
             .field("after_commit", &self.after_commit.len())
             .finish()
     }
@@ -68,6 +71,7 @@ impl UnitOfWork {
             audit: Vec::new(),
             events: Vec::new(),
             ephemeral: Vec::new(),
+            signals: Vec::new(),
             after_commit: Vec::new(),
             _writer: writer,
         }
@@ -105,6 +109,13 @@ impl UnitOfWork {
         self.ephemeral.push(event);
     }
 
+    /// Stages a signal between nodes (spec 24 section 9; the `db` module docs):
+    /// with several nodes a `NOTIFY` in this transaction, with one node handed
+    /// to the local transport after the commit; never after a rollback.
+    pub fn signal(&mut self, payload: String) {
+        self.signals.push(payload);
+    }
+
     /// Adds an action that runs after the commit, in the order added. Keep it
     /// short and non-blocking (send on a channel, wake a task): it runs on the
     /// committing task.
@@ -135,11 +146,18 @@ impl UnitOfWork {
                 events::notify_appended(&mut self.tx, engine, last).await?;
             }
         }
+        let over_notify = self.db.signals_over_notify();
+        if over_notify {
+            for payload in &self.signals {
+                super::notify_signal(&mut self.tx, payload).await?;
+            }
+        }
 
         let UnitOfWork {
             db,
             tx,
             ephemeral,
+            signals,
             after_commit,
             _writer,
             ..
@@ -153,6 +171,11 @@ impl UnitOfWork {
         }
         for event in ephemeral {
             db.publish_ephemeral(event);
+        }
+        if !over_notify {
+            for payload in signals {
+                db.publish_signal(payload);
+            }
         }
         for action in after_commit {
             action();

@@ -69,6 +69,7 @@ use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::identity::principal::PersonPrincipal;
 use crate::identity::{IdentityError, Invalid, PersonStatus, Role, persons, step_up};
 use crate::revocation::{self, EndScope};
+use crate::terminal::signals::{self, Signal};
 
 /// The longest host name, in characters.
 pub const HOST_NAME_MAX_CHARS: usize = 100;
@@ -304,6 +305,10 @@ pub async fn update(
             HostState::Retired => Some(CloseReason::HostRetired),
             _ => None,
         };
+        if to != HostState::Active {
+            // Spec 9: every node closes the host's control connections.
+            signals::stage(&mut uow, &Signal::HostClose { host_id: host.id });
+        }
         let mut sessions_ended = 0;
         if let Some(close_reason) = close_reason {
             sessions_ended = revocation::end(&mut uow, EndScope::Host(host.id), close_reason, None)

@@ -76,6 +76,7 @@ use crate::identity::{IdentityError, Invalid, step_up};
 use crate::pepper::{Pepper, PepperPurpose};
 use crate::permissions::i6;
 use crate::revocation::{self, EndScope};
+use crate::terminal::signals::{self, Signal};
 
 code_enum! {
     /// The `result` of a confirmHost audit entry (10.1).
@@ -293,6 +294,10 @@ pub async fn issue_code(
     .execute(uow.conn())
     .await
     .map_err(DbError::from)?;
+    if discard {
+        // Spec 9: every node closes the host's control connections (4110).
+        signals::stage(&mut uow, &Signal::HostClose { host_id: host.id });
+    }
     // Every session of the host runs on the keys just discarded (3.3).
     let ended = revocation::end(
         &mut uow,
@@ -1068,6 +1073,8 @@ async fn mismatch(
         .execute(uow.conn())
         .await
         .map_err(DbError::from)?;
+        // Spec 9: every node closes the host's control connections (4110).
+        signals::stage(uow, &Signal::HostClose { host_id: host.id });
         let version = super::bump_version(uow, host.id).await?;
         host_updated(uow, host.id, version, HostState::Pairing, true);
         (ConfirmResult::FingerprintMaxAttempts, 0)

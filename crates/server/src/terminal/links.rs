@@ -29,6 +29,21 @@ pub enum ControlSignal {
     ReadyAgain,
     /// Close the connection with this code (a state change of the host).
     Close(CloseCode),
+    /// Read the host now and close with the code of its state if it may no
+    /// longer be connected (spec 9 `terminal.host_close` and the listener's
+    /// reconciliation; [`crate::terminal::signals`]).
+    CheckHost,
+}
+
+/// One registered control connection ([`LocalControlLinks::connections`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkInfo {
+    /// The host.
+    pub host_id: Uuid,
+    /// The connection.
+    pub conn_id: Uuid,
+    /// Its first report was applied (eligible for sessions).
+    pub report_applied: bool,
 }
 
 /// The host has no registered control connection on this process (or its
@@ -184,6 +199,22 @@ impl LocalControlLinks {
                 kept.remove(&host_id);
             }
         }
+    }
+
+    /// Every registered connection of this process.
+    pub fn connections(&self) -> Vec<LinkInfo> {
+        let links = self
+            .links
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        links
+            .iter()
+            .map(|(&host_id, link)| LinkInfo {
+                host_id,
+                conn_id: link.conn_id,
+                report_applied: link.report_applied && !link.sender.is_closed(),
+            })
+            .collect()
     }
 
     /// The registered connection of the host, if any.

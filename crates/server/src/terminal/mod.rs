@@ -19,6 +19,9 @@
 //!   its control connection a signal) and its one-node implementation.
 //! - [`relay`]: pairs the data connection and the device stream of a session
 //!   and forwards binary messages unchanged.
+//! - [`signals`]: the signals between nodes of section 9 (codec, staging in
+//!   the unit of work, the `LISTEN ephemeral` listener and this process's
+//!   handler; one node uses the same handler over a local transport).
 //! - [`sessions`]: openTerminalSession, attachTerminalSession (with quick
 //!   reattach), closeTerminalSession and the reads of sessions (6.1–6.3, 6.6).
 //! - [`sweep`]: the job `terminal.sweep` (6.3): the checks in the order of the
@@ -33,5 +36,6 @@ pub mod keys;
 pub mod links;
 pub mod relay;
 pub mod sessions;
+pub mod signals;
 pub mod sweep;
 pub mod token;

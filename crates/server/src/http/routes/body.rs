@@ -69,19 +69,32 @@ impl From<JsonError> for ApiError {
     }
 }
 
-/// The address of the client (set on every request by [`crate::http::serve`]).
+/// The address of the client: the TCP peer (set on every request by
+/// [`crate::http::serve`]), or for a peer of `server.trusted_proxies` the
+/// client its `Forwarded`/`X-Forwarded-For` names ([`crate::proxies`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub IpAddr);
 
-impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {
+impl FromRequestParts<AppState> for ClientAddr {
     type Rejection = ApiError;
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &AppState,
+    ) -> Result<Self, Self::Rejection> {
         parts
             .extensions
             .get::<ConnectInfo<SocketAddr>>()
             // An IPv4 client of a `[::]` listener is one address, not two.
-            .map(|ConnectInfo(addr)| ClientAddr(addr.ip().to_canonical()))
+            .map(|ConnectInfo(addr)| {
+                ClientAddr(
+                    state
+                        .config()
+                        .server
+                        .trusted_proxies
+                        .client(addr.ip(), &parts.headers),
+                )
+            })
             .ok_or_else(|| ApiError::new(ProblemCode::Internal))
     }
 }

@@ -13,6 +13,17 @@
 //!   entry `host.connect` (`reason_code: host_duplicate_connection`, `code:
 //!   duplicate_connection`) and `host.updated` are written; then both
 //!   connections close with 4112.
+//!
+//! # Several nodes (3.4 "Several nodes", rule b)
+//! [`probe_older_here`]: when another node announces a connection of a host
+//! that is newer (greater UUIDv7 `conn_id`) than the one this node holds, this
+//! node probes its own, at most one probe per connection at a time. No pong:
+//! it closes with 4009 (superseded: the host's sessions are the newer
+//! connection's now), writes the allow entry of a replaced connection and, as
+//! every ending connection, withdraws itself (`terminal.host_gone`). A pong:
+//! the verdict above in one unit of work, which stages `terminal.host_close`,
+//! so every node closes the host's connections with the code of the state it
+//! reads, and this node closes its own with 4112 (D-M2-47-13).
 
 use std::collections::HashSet;
 use std::sync::{LazyLock, Mutex};
@@ -27,6 +38,8 @@ use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, cod
 use crate::db::{self, DbError, UnitOfWork};
 use crate::hosts::{self, DisabledReason, Host, HostError, HostState};
 use crate::revocation::{EndScope, end};
+use crate::state::AppState;
+use crate::terminal::signals::{self, Signal};
 
 code_enum! {
     /// The `code` of a `host.connect` entry of 3.4.
@@ -115,7 +128,7 @@ pub(super) async fn check(connection: &ControlConnection, host: &Host) -> Result
     // verdict's host.updated or finds the command first (its loop looks at
     // commands before the log tail).
     let running = VerdictRunning::new(host.id);
-    let verdict = duplicate_verdict(connection, host.id).await;
+    let verdict = duplicate_verdict(&connection.state, host.id).await;
     let _ = sender.try_send(ConnCommand::Close {
         code: CloseCode::HostDuplicate,
         superseded: true,
@@ -153,11 +166,7 @@ pub(super) fn audit_replaced(uow: &mut UnitOfWork, host_id: uuid::Uuid) {
 }
 
 /// The verdict of a live duplicate, in one unit of work.
-async fn duplicate_verdict(
-    connection: &ControlConnection,
-    host_id: uuid::Uuid,
-) -> Result<(), HostError> {
-    let state = &connection.state;
+async fn duplicate_verdict(state: &AppState, host_id: uuid::Uuid) -> Result<(), HostError> {
     let now = state.clock().now_ms();
     let mut uow = state.db().begin(now).await?;
     let host = hosts::load_for_update(&mut uow, host_id).await?;
@@ -210,6 +219,9 @@ async fn duplicate_verdict(
     .map_err(end_error)?;
     let version = hosts::bump_version(&mut uow, host.id).await?;
     hosts::host_updated(&mut uow, host.id, version, to_state, key_changed);
+    // Spec 9 and 3.4 rule b: every node closes the host's control connections
+    // with the code of the state it reads (D-M2-47-13).
+    signals::stage(&mut uow, &Signal::HostClose { host_id: host.id });
     uow.audit(
         AuditEntry::deny(AuditAction::HostConnect, Actor::Host(host.id))
             .target(TargetKind::Host, host.id)
@@ -224,4 +236,69 @@ async fn duplicate_verdict(
     );
     uow.commit().await?;
     Ok(())
+}
+
+/// The connections of this process being probed for a newer connection
+/// elsewhere (at most one probe per connection at a time).
+static PROBING: LazyLock<Mutex<HashSet<uuid::Uuid>>> = LazyLock::new(|| Mutex::new(HashSet::new()));
+
+/// Lists a connection in [`PROBING`] until dropped.
+struct Probing(uuid::Uuid);
+
+impl Probing {
+    fn start(conn_id: uuid::Uuid) -> Option<Probing> {
+        let mut probing = PROBING.lock().unwrap_or_else(|p| p.into_inner());
+        probing.insert(conn_id).then_some(Probing(conn_id))
+    }
+}
+
+impl Drop for Probing {
+    fn drop(&mut self) {
+        PROBING
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.0);
+    }
+}
+
+/// Rule b of 3.4 across nodes (module docs): `older` is this node's
+/// connection of `host_id`, older than one announced by another node.
+pub(crate) async fn probe_older_here(state: &AppState, host_id: uuid::Uuid, older: uuid::Uuid) {
+    let Some(_probing) = Probing::start(older) else {
+        return;
+    };
+    let Some(sender) = command_sender(older) else {
+        return;
+    };
+    let timeout = state.config().terminal.host_duplicate_probe_timeout;
+    if !probe(&sender, timeout).await {
+        let replaced = async {
+            let mut uow = state.db().begin(state.clock().now_ms()).await?;
+            audit_replaced(&mut uow, host_id);
+            uow.commit().await.map(|_| ())
+        }
+        .await;
+        if let Err(error) = replaced {
+            tracing::warn!(%error, "the replaced control connection could not be audited");
+        }
+        let _ = sender.try_send(ConnCommand::Close {
+            code: CloseCode::HeartbeatTimeout,
+            superseded: true,
+        });
+        return;
+    }
+    let running = VerdictRunning::new(host_id);
+    let verdict = duplicate_verdict(state, host_id).await;
+    let _ = sender.try_send(ConnCommand::Close {
+        code: if verdict.is_ok() {
+            CloseCode::HostDuplicate
+        } else {
+            CloseCode::UnknownError
+        },
+        superseded: true,
+    });
+    drop(running);
+    if let Err(error) = verdict {
+        tracing::warn!(%error, "the duplicate verdict could not be written");
+    }
 }

@@ -183,6 +183,8 @@ impl Pending {
         // Step 7.
         let links = state.local_control_links();
         links.register(host.id, connection.conn_id, signals);
+        // Its own announcements are not another node's (spec 9).
+        state.presence().own_opened(connection.conn_id);
         let fresh = async {
             let mut conn = state
                 .db()

@@ -97,6 +97,7 @@ use crate::terminal::channel_limits;
 use crate::terminal::host_auth::{self, HostAuthRefusal};
 use crate::terminal::links::ControlSignal;
 use crate::terminal::relay::TICK;
+use crate::terminal::signals::{self, Signal};
 
 /// What one connection task can be asked by another connection of the same
 /// host on this node (3.4): answer a probe, or close.
@@ -290,7 +291,12 @@ pub async fn serve(state: AppState, guard: ShutdownGuard, websocket: WebSocket, 
                 signal = signals.recv(), if is_in => {
                     let Some(signal) = signal else { continue };
                     let Some(session) = logged_in.as_mut() else { continue };
-                    if let Err(end) = connection.on_signal(session, signal).await {
+                    let result = if signal == ControlSignal::CheckHost {
+                        connection.catch_up_and_check(session, &mut subscription).await
+                    } else {
+                        connection.on_signal(session, signal).await
+                    };
+                    if let Err(end) = result {
                         break end;
                     }
                 }
@@ -516,7 +522,23 @@ impl ControlConnection {
         if changed {
             session.jwks_sent = jwks;
         }
+        if session.report_applied {
+            self.announce(session).await;
+        }
         Ok(())
+    }
+
+    /// Spec 9 `terminal.host_present` (outside any unit of work): after the
+    /// first report and after each heartbeat, so a lost announcement is
+    /// repeated. A failure is logged; the next heartbeat tries again.
+    async fn announce(&self, session: &LoggedIn) {
+        let present = Signal::HostPresent {
+            host_id: session.host_id,
+            conn_id: self.conn_id,
+        };
+        if let Err(error) = signals::send(self.state.db(), &present).await {
+            tracing::warn!(%error, "the control connection could not announce itself");
+        }
     }
 
     /// A signal from another part of the server.
@@ -533,7 +555,43 @@ impl ControlConnection {
                 }))
             }
             ControlSignal::Close(code) => Err(End::code(code)),
+            ControlSignal::CheckHost => self.check_host(session).await,
         }
+    }
+
+    /// Spec 9 `terminal.host_close` (and the listener's reconciliation): first
+    /// the deliveries of the log tail up to the log's end as committed now, so
+    /// the `session.close` of the ends of the same transaction go out before
+    /// the close (D-87, D-500); then the host as read now decides.
+    async fn catch_up_and_check(
+        &self,
+        session: &LoggedIn,
+        subscription: &mut Option<Subscription>,
+    ) -> Result<(), End> {
+        if let Some(subscription) = subscription.as_mut() {
+            match crate::events::last_position(self.state.db()).await {
+                Ok(end) => {
+                    while subscription.position() < end {
+                        let delivery = subscription.recv().await;
+                        self.on_delivery(session, delivery).await?;
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the control connection cannot read the event log");
+                    return Err(End::code(CloseCode::UnknownError));
+                }
+            }
+        }
+        self.check_host(session).await
+    }
+
+    /// The close of a host that may no longer be connected, unless this
+    /// node's duplicate verdict of the host runs (it closes itself).
+    async fn check_host(&self, session: &LoggedIn) -> Result<(), End> {
+        if duplicate::verdict_running(session.host_id) {
+            return Ok(());
+        }
+        self.host_close_check(session).await
     }
 
     /// A delivery of the log tail: session.close for a closed session of this
@@ -613,6 +671,19 @@ impl ControlConnection {
         if session.report_applied {
             self.state.metrics().control_hosts_connected().dec();
         }
+        self.state
+            .presence()
+            .own_closed(self.conn_id, self.state.clock().now_ms());
+        if session.report_applied {
+            // Spec 9 `terminal.host_gone`: every node removes this entry.
+            let gone = Signal::HostGone {
+                host_id: session.host_id,
+                conn_id: self.conn_id,
+            };
+            if let Err(error) = signals::send(self.state.db(), &gone).await {
+                tracing::warn!(%error, "the control connection could not withdraw itself");
+            }
+        }
         if !was_registered || self.superseded {
             return;
         }
@@ -642,7 +713,7 @@ impl ControlConnection {
 }
 
 /// `host.presence_changed {host_id, connected}` to everyone with host.read.
-fn presence(host_id: Uuid, connected: bool) -> EphemeralEvent {
+pub(crate) fn presence(host_id: Uuid, connected: bool) -> EphemeralEvent {
     let mut payload = Map::new();
     payload.insert("host_id".into(), json!(db::id_text(&host_id)));
     payload.insert("connected".into(), json!(connected));

@@ -157,6 +157,7 @@ pub(super) async fn apply(
     }
     if first {
         mark_applied(connection, session);
+        connection.announce(session).await;
     }
     Ok(())
 }
