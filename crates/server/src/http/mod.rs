@@ -16,12 +16,15 @@
 //!   ([`openapi`]) and served at `GET /api/v1/openapi.json`; `bothy-server
 //!   openapi` prints it, `docs/api/openapi.json` holds it.
 //! - [`serve`](mod@serve): the accept loop.
+//! - [`console`]: the web console's page and bundle at `/` and `/assets/`
+//!   (embedded at build time), with its security headers.
 //!
 //! Every route is registered through `utoipa_axum::routes!` from a handler with
 //! `#[utoipa::path]` ([`api`]), so the router and the document come from the same
 //! list and cannot drift.
 
 pub mod api_doc;
+pub mod console;
 pub mod health;
 pub mod idempotency;
 pub mod metrics;
@@ -63,6 +66,7 @@ pub fn router(state: AppState) -> Router {
     let (router, document) = api().split_for_parts();
     router
         .layer(Extension(api_doc::Document(Arc::new(document))))
+        .merge(console::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
