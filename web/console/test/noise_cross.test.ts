@@ -5,40 +5,17 @@
 // scripts/test's cargo test) and fails if it cannot.
 import { test, before } from "node:test";
 import assert from "node:assert/strict";
-import { execFileSync, spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn, type ChildProcessWithoutNullStreams } from "node:child_process";
 import { createInterface } from "node:readline";
-import { fileURLToPath } from "node:url";
 
 import { Initiator, NoiseError, Responder, publicKey, randomPrivateKey } from "../src/noise/index.js";
 import { fromHex, toHex } from "../src/bytes.js";
+import { cargoExample } from "./support/cargo.js";
 
-const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 let peerPath = "";
 
 before(() => {
-  const out = execFileSync(
-    "cargo",
-    [
-      "build",
-      "--locked",
-      "--workspace",
-      "--features",
-      "bothy-host/test-seams,bothy/test-seams",
-      "--example",
-      "noise_peer",
-      "--message-format=json",
-    ],
-    { cwd: REPO, encoding: "utf8", stdio: ["ignore", "pipe", "inherit"], maxBuffer: 64 << 20 },
-  );
-  for (const line of out.split("\n")) {
-    if (line.includes('"noise_peer"') && line.includes('"executable"')) {
-      const message = JSON.parse(line) as { executable?: string | null; target?: { name?: string } };
-      if (message.target?.name === "noise_peer" && typeof message.executable === "string") {
-        peerPath = message.executable;
-      }
-    }
-  }
-  assert.ok(peerPath !== "", "cargo built the noise_peer example");
+  peerPath = cargoExample("noise_peer");
 });
 
 class Peer {
