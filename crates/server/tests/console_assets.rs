@@ -5,6 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+#[allow(unused_macros, unused_imports)]
 mod support;
 
 use std::collections::BTreeSet;
