@@ -222,18 +222,20 @@ function llmBadge(value: unknown): string {
   }
 }
 
-function profilesOf(host: Record<string, unknown>): string[] {
+/** The host's reported profiles, shells first; a claude profile needs a working directory (the first). */
+function profilesOf(host: Record<string, unknown>): Array<{ name: string; label: string; claude: boolean }> {
   const reported = host.reported_profiles;
-  const names: string[] = [];
+  const out: Array<{ name: string; label: string; claude: boolean }> = [];
   if (Array.isArray(reported)) {
     for (const entry of reported) {
-      if (typeof entry === "string") names.push(entry);
-      else if (typeof entry === "object" && entry !== null && typeof (entry as { name?: unknown }).name === "string") {
-        names.push((entry as { name: string }).name);
+      if (typeof entry === "object" && entry !== null && typeof (entry as { name?: unknown }).name === "string") {
+        const e = entry as { name: string; display_name?: unknown; kind?: unknown };
+        out.push({ name: e.name, label: typeof e.display_name === "string" ? e.display_name : e.name, claude: e.kind === "claude" });
       }
     }
   }
-  return names.length > 0 ? names : ["shell"];
+  out.sort((a, b) => Number(a.claude) - Number(b.claude));
+  return out.length > 0 ? out : [{ name: "shell", label: "shell", claude: false }];
 }
 
 async function hostsPage(me: Me): Promise<void> {
@@ -262,7 +264,12 @@ async function hostsPage(me: Me): Promise<void> {
       key_fingerprint: typeof host.key_fingerprint === "string" ? host.key_fingerprint : null,
       assigned_user_id: typeof host.assigned_user_id === "string" ? host.assigned_user_id : null,
     };
-    const profile = h("select", { "aria-label": "Profile" }, ...profilesOf(host).map((name) => h("option", { value: name }, name)));
+    const profiles = profilesOf(host);
+    const profile = h("select", { "aria-label": "Profile" }, ...profiles.map((p) => h("option", { value: p.name }, p.label)));
+    const target = () => {
+      const chosen = profiles.find((p) => p.name === profile.value);
+      return chosen?.claude ? { profile: profile.value, workdirIndex: 0 } : { profile: profile.value };
+    };
     const mine = sessions.filter((s) => s.host_id === hostId);
     const sessionList = h(
       "ul",
@@ -289,7 +296,7 @@ async function hostsPage(me: Me): Promise<void> {
       h(
         "td",
         {},
-        h("div", { class: "row" }, profile, h("button", { onclick: () => void openTerminal(me, info, { profile: profile.value }, status) }, "Open")),
+        h("div", { class: "row" }, profile, h("button", { onclick: () => void openTerminal(me, info, target(), status) }, "Open")),
         sessionList,
       ),
     );

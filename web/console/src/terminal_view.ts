@@ -32,7 +32,7 @@ export interface HostInfo {
   assigned_user_id: string | null;
 }
 
-type Target = { profile: string } | { attach: string };
+type Target = { profile: string; workdirIndex?: number } | { attach: string };
 
 const ATTACHED_KEY = "bothy.console.attached";
 /** Tries of the automatic reattach after a lost connection. */
@@ -198,6 +198,7 @@ async function grantAndConnect(
   let answer: unknown;
   if ("profile" in target) {
     body.profile = target.profile;
+    if (target.workdirIndex !== undefined) body.workdir_index = target.workdirIndex;
     body.columns = columns;
     body.rows = rows;
     answer = await request("POST", `/api/v1/hosts/${encodeURIComponent(host.id)}/terminal/sessions`, body);
