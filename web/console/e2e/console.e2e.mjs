@@ -135,6 +135,16 @@ try {
   await waitFor(new RegExp(`CANARY-42 ${sessionUser}`), "the canary and the session user");
   await page.screenshot({ path: join(shots, "session-desktop.png") });
 
+  step("reload reattaches with replay");
+  await page.reload();
+  // A new passkey step-up (the console has no device key), then the attach
+  // replays the session's recent output.
+  await page.waitForSelector(".xterm-rows", { timeout: 30000 });
+  await waitFor(new RegExp(`CANARY-42 ${sessionUser}`), "the replayed canary");
+  await page.click(".terminal-host");
+  await page.keyboard.type("echo AGAIN-$((1+1))\n");
+  await waitFor(/AGAIN-2/, "input after the reattach");
+
   step("resize follows");
   let probe = 0;
   const sizeOf = async () => {
@@ -179,11 +189,63 @@ try {
   await page.keyboard.type("exit 0\n");
   await page.waitForSelector("[data-exit='0']", { timeout: 30000 });
 
+  step("a re-paired host: hard warning, refused without confirmation, opens with it (TM-T18)");
+  await page.setViewportSize({ width: 1100, height: 700 });
+  await page.click("text=Back to the hosts");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  const repaired = await ask("REPAIR?");
+  if (repaired !== "REPAIRED") throw new Error(`re-pairing: ${repaired}`);
+  await page.click("button:text('Reload')");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  await page.click("tr[data-host] button:text('Open')");
+  await page.waitForSelector("[data-warning='pin-changed']", { timeout: 30000 });
+  const warning = await page.textContent("[data-warning='pin-changed']");
+  const prints = [...warning.matchAll(/(?:Pinned|Now): ([0-9A-Za-z ]+) \(generation/g)].map((m) => m[1]);
+  if (prints.length !== 2 || prints[0] === prints[1]) throw new Error(`the warning shows both fingerprints: ${warning}`);
+  await page.screenshot({ path: join(shots, "pin-changed.png") });
+  await page.click("[data-confirm='no']");
+  await page.waitForSelector("text=Not connected", { timeout: 10000 });
+  if ((await page.$(".xterm-rows")) !== null) throw new Error("a terminal opened without the confirmation");
+  await page.click("tr[data-host] button:text('Open')");
+  await page.waitForSelector("[data-warning='pin-changed']", { timeout: 30000 });
+  await page.click("[data-confirm='yes']");
+  await page.waitForSelector(".xterm-rows", { timeout: 30000 });
+  await waitFor(/[$#] ?$/m, "the prompt after the confirmed key change");
+  await page.click(".terminal-host");
+  await page.keyboard.type("exit 0\n");
+  await page.waitForSelector("[data-exit='0']", { timeout: 30000 });
+  // The new key is pinned: the next open shows no warning.
+  await page.click("text=Back to the hosts");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  await page.click("tr[data-host] button:text('Open')");
+  await page.waitForSelector(".xterm-rows", { timeout: 30000 });
+  if ((await page.$("[data-warning='pin-changed']")) !== null) throw new Error("warned again after the confirmation");
+  await waitFor(/[$#] ?$/m, "the prompt");
+  await page.click(".terminal-host");
+  await page.keyboard.type("exit 0\n");
+  await page.waitForSelector("[data-exit='0']", { timeout: 30000 });
+
+  step("logout deletes the pins database");
+  await page.click("text=Back to the hosts");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  await page.click("button:text('Log out')");
+  await page.waitForSelector("#login", { timeout: 30000 });
+  const databases = await page.evaluate(async () => (await indexedDB.databases()).map((d) => d.name));
+  if (databases.includes("bothy.terminal.pins")) throw new Error(`pins kept after logout: ${databases}`);
+  const stored = await page.evaluate(() => JSON.stringify({ local: { ...localStorage }, session: { ...sessionStorage } }));
+  if (stored !== '{"local":{},"session":{}}') throw new Error(`storage after logout: ${stored}`);
+
   if (problems.length > 0) throw new Error(problems.join("\n"));
   console.log("OK");
 } catch (error) {
   failed = true;
   console.log(`FAILED ${error instanceof Error ? error.stack : String(error)}`);
+  // What the page showed when it failed (no secrets are on the page).
+  for (const page of browser.contexts().flatMap((c) => c.pages())) {
+    await page.screenshot({ path: join(shots, "failure.png") }).catch(() => {});
+    const text = await page.evaluate(() => document.body.innerText).catch(() => "");
+    console.log(`PAGE ${text.replace(/\s+/g, " ").slice(0, 2000)}`);
+  }
 } finally {
   await browser.close();
   forwarder.close();

@@ -121,7 +121,7 @@ export async function resumeAttached(me: Me): Promise<boolean> {
   const status = h("div", { id: "status" });
   show(h("h1", {}, "Reattaching"), status);
   try {
-    const host = asObject(asObject(await request("GET", `/api/v1/hosts/${encodeURIComponent(parsed.host_id)}`), "host").host, "host");
+    const host = asObject(await request("GET", `/api/v1/hosts/${encodeURIComponent(parsed.host_id)}`), "host");
     const info: HostInfo = {
       id: parsed.host_id,
       name: String(host.name ?? ""),
@@ -294,7 +294,9 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
     if (connection !== null) connection.send(Uint8Array.from(data, (c) => c.charCodeAt(0) & 0xff));
   });
   term.onResize(({ cols, rows }) => connection?.resize(cols, rows));
+  let disposed = false;
   const refit = () => {
+    if (disposed || !container.isConnected) return;
     fit.fit();
     // Keep the cursor line in view above a soft keyboard.
     term.scrollToBottom();
@@ -308,6 +310,8 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
     connection?.detach();
     sessionStorage.removeItem(ATTACHED_KEY);
     window.removeEventListener("resize", refit);
+    window.visualViewport?.removeEventListener("resize", refit);
+    disposed = true;
     term.dispose();
     navigate("#/hosts");
   };
