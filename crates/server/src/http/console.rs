@@ -8,19 +8,18 @@
 //! `cargo run -p bothy-server -- serve` serves the console without Node.js
 //! (docs/decisions.md D-400; CI rebuilds the bundle and fails if it differs).
 //!
-//! Every response of this module — the page, the assets and an unknown asset's
-//! 404 — carries [`SECURITY_HEADERS`]: a strict Content-Security-Policy (no
+//! Every response to a console path — the page, the assets and an unknown
+//! asset's 404 (the router's problem) — carries [`SECURITY_HEADERS`], put on by
+//! the layer [`security_headers`]: a strict Content-Security-Policy (no
 //! inline script, no `eval`, `connect-src 'self'`, `frame-ancestors 'none'`),
 //! `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer` and the
 //! rest of the list.
 
-use axum::Router;
+use axum::extract::Request;
 use axum::http::header::{CACHE_CONTROL, CONTENT_TYPE};
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderName, HeaderValue};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-
-use crate::state::AppState;
 
 /// One embedded file of the bundle.
 #[derive(Debug, Clone, Copy)]
@@ -96,14 +95,44 @@ pub const SECURITY_HEADERS: [(&str, &str); 7] = [
     ),
 ];
 
-/// The console's routes (not part of the OpenAPI document: they serve files,
-/// not the API).
-pub fn router() -> Router<AppState> {
-    let mut router = Router::new();
-    for asset in ASSETS {
-        router = router.route(asset.path, get(move || async move { serve(asset) }));
-    }
-    router.route("/assets/{*rest}", get(unknown_asset))
+/// The web console's page.
+#[utoipa::path(
+    get,
+    path = "/",
+    operation_id = "getConsolePage",
+    tag = "console",
+    responses((status = 200, description = "The console's page, with the security headers \
+        (D-401).", body = String, content_type = "text/html; charset=utf-8"))
+)]
+pub async fn page() -> Response {
+    serve(ASSETS[0])
+}
+
+/// The web console's script bundle.
+#[utoipa::path(
+    get,
+    path = "/assets/console.js",
+    operation_id = "getConsoleScript",
+    tag = "console",
+    responses((status = 200, description = "The console's script, built by esbuild and \
+        embedded at build time (D-400).", body = String,
+        content_type = "text/javascript; charset=utf-8"))
+)]
+pub async fn script() -> Response {
+    serve(ASSETS[1])
+}
+
+/// The web console's style sheet.
+#[utoipa::path(
+    get,
+    path = "/assets/console.css",
+    operation_id = "getConsoleStyle",
+    tag = "console",
+    responses((status = 200, description = "The console's style sheet (xterm.js's \
+        included).", body = String, content_type = "text/css; charset=utf-8"))
+)]
+pub async fn style() -> Response {
+    serve(ASSETS[2])
 }
 
 fn serve(asset: Asset) -> Response {
@@ -113,20 +142,28 @@ fn serve(asset: Asset) -> Response {
     // The page and its bundle change together with the server: never a
     // stale bundle beside a new page.
     headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-cache"));
-    with_security_headers(response)
+    response
 }
 
-async fn unknown_asset() -> Response {
-    with_security_headers((StatusCode::NOT_FOUND, "no such asset").into_response())
+/// Whether `path` is the console's: the page or anything under `/assets/`.
+fn is_console_path(path: &str) -> bool {
+    path == "/" || path.starts_with("/assets/")
 }
 
-fn with_security_headers(mut response: Response) -> Response {
-    let headers = response.headers_mut();
-    for (name, value) in SECURITY_HEADERS {
-        headers.insert(
-            HeaderName::from_static(name),
-            HeaderValue::from_static(value),
-        );
+/// The layer that puts [`SECURITY_HEADERS`] on every response to a console
+/// path, the 404 of an unknown asset included (installed on the whole
+/// router, fallbacks included).
+pub async fn security_headers(request: Request, next: Next) -> Response {
+    let console = is_console_path(request.uri().path());
+    let mut response = next.run(request).await;
+    if console {
+        let headers = response.headers_mut();
+        for (name, value) in SECURITY_HEADERS {
+            headers.insert(
+                HeaderName::from_static(name),
+                HeaderValue::from_static(value),
+            );
+        }
     }
     response
 }

@@ -53,6 +53,9 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(health::readyz))
         .routes(routes!(serve_metrics))
         .routes(routes!(api_doc::serve_document))
+        .routes(routes!(console::page))
+        .routes(routes!(console::script))
+        .routes(routes!(console::style))
         .merge(routes::router())
 }
 
@@ -66,9 +69,9 @@ pub fn router(state: AppState) -> Router {
     let (router, document) = api().split_for_parts();
     router
         .layer(Extension(api_doc::Document(Arc::new(document))))
-        .merge(console::router())
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(console::security_headers))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             metrics::count_requests,
