@@ -26,11 +26,19 @@ const REGENERATE: &str = "cargo run -p bothy-server -- openapi > docs/api/openap
 const METHODS: &[&str] = &["get", "put", "post", "delete", "options", "patch", "trace"];
 
 /// Operations whose handler cannot fail: no problem response is required.
-const INFALLIBLE: &[&str] = &["healthz"];
+const INFALLIBLE: &[&str] = &[
+    "healthz",
+    "getConsolePage",
+    "getConsoleScript",
+    "getConsoleStyle",
+];
 
 /// The operations that take no credential.
 const PUBLIC_OPERATIONS: &[&str] = &[
     "healthz",
+    "getConsolePage",
+    "getConsoleScript",
+    "getConsoleStyle",
     "readyz",
     "metrics",
     "getOpenApi",

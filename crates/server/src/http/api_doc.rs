@@ -69,6 +69,8 @@ pub const CSRF_TOKEN: &str = "csrf_token";
         (name = "audit", description = "The audit log (owners)."),
         (name = "events", description = "The event stream (WebSocket)."),
         (name = "platform", description = "Health, readiness, metrics and this document."),
+        (name = "console", description = "The web console's page and bundle (files, no \
+            credential; D-400)."),
     )
 )]
 struct ApiDoc;

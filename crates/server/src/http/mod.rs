@@ -19,12 +19,15 @@
 //!   ([`openapi`]) and served at `GET /api/v1/openapi.json`; `bothy-server
 //!   openapi` prints it, `docs/api/openapi.json` holds it.
 //! - [`serve`](mod@serve): the accept loop.
+//! - [`console`]: the web console's page and bundle at `/` and `/assets/`
+//!   (embedded at build time), with its security headers.
 //!
 //! Every route is registered through `utoipa_axum::routes!` from a handler with
 //! `#[utoipa::path]` ([`api`]), so the router and the document come from the same
 //! list and cannot drift.
 
 pub mod api_doc;
+pub mod console;
 pub mod extract;
 pub mod health;
 pub mod idempotency;
@@ -54,6 +57,9 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(health::readyz))
         .routes(routes!(serve_metrics))
         .routes(routes!(api_doc::serve_document))
+        .routes(routes!(console::page))
+        .routes(routes!(console::script))
+        .routes(routes!(console::style))
         .merge(routes::router())
 }
 
@@ -69,6 +75,7 @@ pub fn router(state: AppState) -> Router {
         .layer(Extension(api_doc::Document(Arc::new(document))))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn(console::security_headers))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             metrics::count_requests,
