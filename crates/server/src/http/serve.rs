@@ -135,6 +135,10 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
+        // Interactive traffic (keystrokes, their echo, relay messages written
+        // one at a time) must not wait for Nagle's algorithm: every write of
+        // the server is a whole frame or response (docs/decisions.md D-450).
+        let _ = stream.set_nodelay(true);
         let address = peer.ip().to_canonical();
         let Some(slot) = addresses.take(address, limits.max_per_address) else {
             refusals.refused(address, limits.max_per_address);

@@ -37,11 +37,12 @@ use crate::terminal::relay::login::{DevicePeer, run_device, run_host};
 /// The largest binary message: one Noise message (5.2).
 pub const MAX_NOISE_MESSAGE: usize = 65_535;
 
-/// The read buffer of a relay socket: one TLS record's plaintext. The
-/// WebSocket layer zero-fills its whole read buffer before each read, so its
-/// default (128 KiB) would be resident memory of every idle side; a larger
-/// message still arrives whole, in reads of this size (docs/decisions.md D-89).
-pub const READ_BUFFER: usize = 16 * 1024;
+/// The read buffer of a relay socket. The WebSocket layer zero-fills its
+/// whole read buffer before the first read and keeps it for the connection's
+/// life, so it is resident memory of every idle side: 4 KiB, the size in
+/// which the TLS layer reads the socket anyway; a larger message still
+/// arrives whole, in reads of this size (docs/decisions.md D-89, D-454).
+pub const READ_BUFFER: usize = 4 * 1024;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {

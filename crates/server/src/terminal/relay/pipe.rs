@@ -92,6 +92,12 @@ impl PipeReceiver {
         self.rx.recv().await
     }
 
+    /// The next message if one is queued now; `None` when the queue is empty
+    /// (or the sender gone: [`PipeReceiver::recv`] then says so).
+    pub(crate) fn try_recv(&mut self) -> Option<Bytes> {
+        self.rx.try_recv().ok()
+    }
+
     /// Gives the room of a written message back.
     pub(crate) fn written(&self, len: usize) {
         self.room.add_permits(len);
