@@ -26,9 +26,15 @@
 //!   shell, timed until the byte is back at the device; beside the same `cat`
 //!   in a PTY of this process (openpty, raw, no echo), written and read
 //!   directly. 1,000 samples after 50 warm-up; p50 and p99 (D-182).
+//!   The same echo through `ssh -tt` (`stty raw -echo; exec cat` on sshd's
+//!   PTY, the byte written to ssh's standard input, a pipe) in the same run,
+//!   and the ratios bothy/ssh_tty (issue 20).
 //! - `open_to_first_byte_ms`: from the open request (the step-up before it not
 //!   counted) through the device stream, Noise handshake and `start` to the
-//!   first data frame of the shell; the median of three openings.
+//!   first data frame of the shell; the median of three openings. Beside it
+//!   `ssh_tty_connect_to_first_byte_ms`: from starting `ssh -tt` (connect, key
+//!   exchange, authentication, sshd's PTY, the login shell) to the first byte
+//!   of the shell, the median of three, and the ratio (issue 20).
 //!
 //! Every wait is bounded; a failure prints what failed and exits non-zero.
 
@@ -54,7 +60,7 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitCode, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -131,8 +137,11 @@ async fn run() -> anyhow::Result<()> {
 
     eprintln!("host bench: open to first byte");
     let mut openings = Vec::with_capacity(OPENINGS);
+    let mut phases: Vec<[Duration; 4]> = Vec::with_capacity(OPENINGS);
     for _ in 0..OPENINGS {
-        openings.push(open_to_first_byte(&scenario).await?);
+        let (took, phase) = open_to_first_byte(&scenario).await?;
+        openings.push(took);
+        phases.push(phase);
     }
 
     eprintln!("host bench: writing the {FILE_BYTES}-byte file");
@@ -141,7 +150,7 @@ async fn run() -> anyhow::Result<()> {
 
     eprintln!("host bench: setting up sshd");
     let sshd = match Sshd::start(&scenario) {
-        Ok(sshd) => Some(sshd),
+        Ok(sshd) => Some(Arc::new(sshd)),
         Err(error) => {
             eprintln!("host bench: ssh comparison unavailable: {error:#}");
             println!("ssh_cat_mib_s: unavailable ({})", one_line(&error));
@@ -168,13 +177,23 @@ async fn run() -> anyhow::Result<()> {
         let seconds = bothy_cat(&mut device, &file).await?;
         bothy.runs.push(mib_s(seconds));
         drain_quiet(&mut device, Duration::from_millis(300)).await?;
+        // The other paths run on a thread while the device's stream is
+        // read: a side that answers no ping is lost (6.2), and on a busy
+        // machine these runs take longer than the relay's ping timeout.
         if let Some(sshd) = &sshd {
             eprintln!("host bench: bulk run {run} through ssh -T and ssh -tt");
-            ssh.take(|| sshd.cat(&file, false));
-            ssh_tty.take(|| sshd.cat(&file, true));
+            for (series, tty) in [(&mut ssh, false), (&mut ssh_tty, true)] {
+                if series.failure.is_none() {
+                    let (sshd, file) = (Arc::clone(sshd), file.clone());
+                    series.record(beside(&mut device, move || sshd.cat(&file, tty)).await?);
+                }
+            }
         }
         eprintln!("host bench: bulk run {run} on a direct PTY");
-        direct.take(|| direct_pty_cat(&file));
+        if direct.failure.is_none() {
+            let file = file.clone();
+            direct.record(beside(&mut device, move || direct_pty_cat(&file)).await?);
+        }
     }
     let bothy_cat = bothy.print().unwrap_or(f64::NAN);
     if sshd.is_some() {
@@ -194,17 +213,36 @@ async fn run() -> anyhow::Result<()> {
             bothy_cat / direct_cat
         );
     }
-    drop(sshd);
 
     eprintln!("host bench: keystroke echo through bothy");
     let bothy_echo = bothy_echo(&mut device).await?;
     eprintln!("host bench: keystroke echo on a direct PTY");
     let direct_echo = direct_pty_echo()?;
+    let ssh_echo = sshd.as_ref().map(|sshd| {
+        eprintln!("host bench: keystroke echo through ssh -tt");
+        sshd.echo()
+    });
     let us = |d: Duration| d.as_secs_f64() * 1e6;
     println!("bothy_echo_rtt_p50_us: {:.0} µs", us(bothy_echo.0));
     println!("bothy_echo_rtt_p99_us: {:.0} µs", us(bothy_echo.1));
     println!("direct_pty_echo_rtt_p50_us: {:.0} µs", us(direct_echo.0));
     println!("direct_pty_echo_rtt_p99_us: {:.0} µs", us(direct_echo.1));
+    match &ssh_echo {
+        Some(Ok((p50, p99))) => {
+            println!("ssh_tty_echo_rtt_p50_us: {:.0} µs", us(*p50));
+            println!("ssh_tty_echo_rtt_p99_us: {:.0} µs", us(*p99));
+            println!(
+                "echo_rtt_p50_vs_ssh_tty_ratio: {:.2} bothy/ssh_tty",
+                us(bothy_echo.0) / us(*p50)
+            );
+            println!(
+                "echo_rtt_p99_vs_ssh_tty_ratio: {:.2} bothy/ssh_tty",
+                us(bothy_echo.1) / us(*p99)
+            );
+        }
+        Some(Err(error)) => println!("ssh_tty_echo_rtt_p50_us: unavailable ({})", one_line(error)),
+        None => {}
+    }
     println!(
         "echo_rtt_added_p50_us: {:.0} µs",
         us(bothy_echo.0) - us(direct_echo.0)
@@ -218,7 +256,49 @@ async fn run() -> anyhow::Result<()> {
         us(bothy_echo.1) / us(direct_echo.1)
     );
     let ms: Vec<f64> = openings.iter().map(|d| d.as_secs_f64() * 1e3).collect();
-    println!("open_to_first_byte_ms: {:.1} ms", median(&ms));
+    let open_ms = median(&ms);
+    println!("open_to_first_byte_ms: {open_ms:.1} ms");
+    for (i, name) in [
+        "open_request",
+        "device_stream_login",
+        "noise_handshake",
+        "start_to_first_byte",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let ms: Vec<f64> = phases.iter().map(|p| p[i].as_secs_f64() * 1e3).collect();
+        println!("open_phase_{name}_ms: {:.1} ms", median(&ms));
+    }
+    if let Some(sshd) = &sshd {
+        eprintln!("host bench: ssh -tt connect to the first byte of the shell");
+        let mut connects = Vec::with_capacity(OPENINGS);
+        let mut failure = None;
+        for _ in 0..OPENINGS {
+            match sshd.connect_to_first_byte() {
+                Ok(took) => connects.push(took.as_secs_f64() * 1e3),
+                Err(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        match failure {
+            None => {
+                let ssh_ms = median(&connects);
+                println!("ssh_tty_connect_to_first_byte_ms: {ssh_ms:.1} ms");
+                println!(
+                    "open_vs_ssh_tty_connect_ratio: {:.2} bothy/ssh_tty",
+                    open_ms / ssh_ms
+                );
+            }
+            Some(error) => println!(
+                "ssh_tty_connect_to_first_byte_ms: unavailable ({})",
+                one_line(&error)
+            ),
+        }
+    }
+    drop(sshd);
 
     // The shell is in raw mode running `cat`: end the session from the device.
     device.send(Frame::Close).await;
@@ -242,13 +322,12 @@ impl Series {
         }
     }
 
-    /// Runs `run` (seconds of one bulk run) unless the series failed before.
-    fn take(&mut self, run: impl FnOnce() -> anyhow::Result<f64>) {
-        if self.failure.is_none() {
-            match run() {
-                Ok(seconds) => self.runs.push(mib_s(seconds)),
-                Err(error) => self.failure = Some(error),
-            }
+    /// Records the seconds of one bulk run, or its failure (which ends the
+    /// series).
+    fn record(&mut self, run: anyhow::Result<f64>) {
+        match run {
+            Ok(seconds) => self.runs.push(mib_s(seconds)),
+            Err(error) => self.failure = Some(error),
         }
     }
 
@@ -327,6 +406,24 @@ fn write_bulk_file(path: &Path) -> anyhow::Result<()> {
     drop(out);
     fs::set_permissions(path, fs::Permissions::from_mode(0o644)).context("chmod bulk file")?;
     Ok(())
+}
+
+/// Runs the blocking `run` on a thread of its own while the device's stream
+/// is read (its pings answered; output that arrives meanwhile is dropped).
+async fn beside<T: Send + 'static>(
+    device: &mut DeviceSession,
+    run: impl FnOnce() -> T + Send + 'static,
+) -> anyhow::Result<T> {
+    let mut task = tokio::task::spawn_blocking(run);
+    loop {
+        tokio::select! {
+            result = &mut task => return result.map_err(|e| anyhow!("the run's thread: {e}")),
+            received = device.recv() => match received {
+                Received::Data(_) => device.output.clear(),
+                other => bail!("while another path ran: {other:?}"),
+            },
+        }
+    }
 }
 
 /// Receives the next thing from the device stream within `limit`.
@@ -513,11 +610,15 @@ fn direct_pty_echo() -> anyhow::Result<(Duration, Duration)> {
 }
 
 /// One opening timed from the open request (after the step-up) to the first
-/// data frame of the shell; the session is closed afterwards.
+/// data frame of the shell, and its phases as the device sees them: the open
+/// request's answer, the device stream's login, the Noise handshake through
+/// the relay (the host's data connection comes up meanwhile), and `start` to
+/// the first byte (the gate, the helper, the PTY, the shell's start); the
+/// session is closed afterwards.
 ///
 /// The harness's `Scenario::open_as` takes the step-up inside, so this walks
 /// the same public steps itself with a clock between step-up and request.
-async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<Duration> {
+async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<(Duration, [Duration; 4])> {
     let server = &scenario.server;
     let person = &scenario.owner;
     let step_up_id = hosts_common::step_up(server, person).await;
@@ -540,6 +641,7 @@ async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<Duration> {
     if reply.status != 201 {
         bail!("open: {} {}", reply.status, reply.body);
     }
+    let answered = Instant::now();
     let field = |name: &str| {
         reply.body[name]
             .as_str()
@@ -553,6 +655,7 @@ async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<Duration> {
         Initiator::with_ephemeral(session_id, scenario.host_uuid(), &noise_key, ephemeral)
             .map_err(|e| anyhow!("initiator: {e}"))?;
     let mut ws = terminal_common::device::login(server, session_id, person.token()).await;
+    let logged_in = Instant::now();
     let message1 = initiator
         .write_message1(token.as_bytes())
         .map_err(|e| anyhow!("message 1: {e}"))?;
@@ -563,6 +666,7 @@ async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<Duration> {
     let (_, mut transport) = initiator
         .read_message2(&message2)
         .map_err(|e| anyhow!("message 2: {e}"))?;
+    let handshaken = Instant::now();
     let size = bothy_proto::frame::TerminalSize::new(100, 30).context("size")?;
     send_frame(&mut ws, &mut transport, Frame::Start(size)).await?;
     // The first message after `start` carries the shell's first output.
@@ -580,7 +684,16 @@ async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<Duration> {
     tokio::time::timeout(SHELL_LIMIT, scenario.closed(session_id))
         .await
         .map_err(|_| anyhow!("the timed session did not close within {SHELL_LIMIT:?}"))?;
-    Ok(elapsed)
+    let first_byte = started + elapsed;
+    Ok((
+        elapsed,
+        [
+            answered - started,
+            logged_in - answered,
+            handshaken - logged_in,
+            first_byte - handshaken,
+        ],
+    ))
 }
 
 /// The line feeds of the bulk file.
@@ -812,12 +925,13 @@ impl Sshd {
         })
     }
 
-    /// One bulk run: `ssh -T ... cat FILE` (with `tty`: `ssh -tt`, a PTY on
-    /// the server's side as bothy has), the seconds from the first byte on its
-    /// standard output to its end.
-    fn cat(&self, file: &Path, tty: bool) -> anyhow::Result<f64> {
+    /// `ssh` to the session user on this run's `sshd` (`-tt` with `tty`, else
+    /// `-T`), its errors in `ssh.log`; the command line ends with the
+    /// destination.
+    fn ssh(&self, tty: bool) -> anyhow::Result<Command> {
         let errors = File::create(self.dir.join("ssh.log")).context("ssh log")?;
-        let child = Command::new("ssh")
+        let mut command = Command::new("ssh");
+        command
             .args(["-F", "/dev/null", if tty { "-tt" } else { "-T" }])
             .args(["-p", &self.port.to_string()])
             .args(["-c", SSH_CIPHER, "-i"])
@@ -839,11 +953,128 @@ impl Sshd {
                 "LogLevel=ERROR",
             ])
             .arg(format!("{}@localhost", self.user))
+            .stderr(errors);
+        Ok(command)
+    }
+
+    /// The text of `ssh.log`, for a failure.
+    fn log(&self) -> String {
+        fs::read_to_string(self.dir.join("ssh.log"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    /// Keystroke echo through `ssh -tt`: `stty raw -echo; exec cat` on the
+    /// PTY sshd gives the session, one byte written to ssh's standard input
+    /// (a pipe: no local terminal in between) and read back from its
+    /// standard output, as [`bothy_echo`] does through bothy; (p50, p99).
+    fn echo(&self) -> anyhow::Result<(Duration, Duration)> {
+        let child = self
+            .ssh(true)?
+            .arg("stty raw -echo; exec cat")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .context("ssh does not start")?;
+        let mut child = KillOnDrop(child);
+        let mut input = child.0.stdin.take().context("ssh stdin")?;
+        let mut output = child.0.stdout.take().context("ssh stdout")?;
+        let mut buffer = [0u8; 256];
+        // Reads what is there within `limit`; 0 bytes: nothing came.
+        let read_within = |output: &mut std::process::ChildStdout,
+                           buffer: &mut [u8],
+                           limit: Duration|
+         -> anyhow::Result<usize> {
+            use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+            let timeout = PollTimeout::try_from(limit).map_err(|e| anyhow!("poll: {e}"))?;
+            let mut fds = [PollFd::new(output.as_fd(), PollFlags::POLLIN)];
+            if poll(&mut fds, timeout).context("poll")? == 0 {
+                return Ok(0);
+            }
+            let n = output.read(buffer).context("read from ssh")?;
+            if n == 0 {
+                bail!("ssh ended: {}", self.log());
+            }
+            Ok(n)
+        };
+        // `cat` runs once a probe byte comes back.
+        let deadline = Instant::now() + SHELL_LIMIT;
+        'probe: loop {
+            input.write_all(b"Z").context("write to ssh")?;
+            let until = Instant::now() + Duration::from_millis(200);
+            while Instant::now() < until {
+                let n = read_within(&mut output, &mut buffer, Duration::from_millis(50))?;
+                if n > 0 && buffer[..n].contains(&b'Z') {
+                    break 'probe;
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("`stty raw -echo; cat` through ssh never echoed a probe byte");
+            }
+        }
+        // Quiet for 300 ms: every probe's echo is read.
+        while read_within(&mut output, &mut buffer, Duration::from_millis(300))? > 0 {}
+        let mut samples = Vec::with_capacity(ECHO_SAMPLES);
+        for i in 0..ECHO_WARM_UP + ECHO_SAMPLES {
+            let byte = b'a' + (i % 26) as u8;
+            let sent = Instant::now();
+            input.write_all(&[byte]).context("write to ssh")?;
+            loop {
+                let n = read_within(&mut output, &mut buffer, ECHO_LIMIT)?;
+                if n == 0 {
+                    bail!("echo sample {i} through ssh: nothing within {ECHO_LIMIT:?}");
+                }
+                if buffer[n - 1] == byte {
+                    break;
+                }
+            }
+            if i >= ECHO_WARM_UP {
+                samples.push(sent.elapsed());
+            }
+        }
+        drop(input);
+        samples.sort();
+        Ok((quantile(&samples, 0.50), quantile(&samples, 0.99)))
+    }
+
+    /// From starting `ssh -tt` to the session user's login shell (its TCP
+    /// connect, key exchange, authentication, sshd's PTY and the shell's
+    /// start) to the first byte of the shell on ssh's standard output:
+    /// the peer of `open_to_first_byte_ms`.
+    fn connect_to_first_byte(&self) -> anyhow::Result<Duration> {
+        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+        let mut command = self.ssh(true)?;
+        command.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let started = Instant::now();
+        let child = command.spawn().context("ssh does not start")?;
+        let mut child = KillOnDrop(child);
+        let mut output = child.0.stdout.take().context("ssh stdout")?;
+        let timeout = PollTimeout::try_from(SHELL_LIMIT).map_err(|e| anyhow!("poll: {e}"))?;
+        let mut fds = [PollFd::new(output.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, timeout).context("poll")? == 0 {
+            bail!("no byte of the shell within {SHELL_LIMIT:?}");
+        }
+        let took = started.elapsed();
+        let mut byte = [0u8; 1];
+        if output.read(&mut byte).context("read from ssh")? == 0 {
+            bail!("ssh ended without output: {}", self.log());
+        }
+        // Closing its input ends the shell; the drop kills what is left.
+        drop(child.0.stdin.take());
+        Ok(took)
+    }
+
+    /// One bulk run: `ssh -T ... cat FILE` (with `tty`: `ssh -tt`, a PTY on
+    /// the server's side as bothy has), the seconds from the first byte on its
+    /// standard output to its end.
+    fn cat(&self, file: &Path, tty: bool) -> anyhow::Result<f64> {
+        let child = self
+            .ssh(tty)?
             .arg("cat")
             .arg(file)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(errors)
             .spawn()
             .context("ssh does not start")?;
         let mut child = KillOnDrop(child);
@@ -858,12 +1089,7 @@ impl Sshd {
             FILE_BYTES
         };
         if !status.success() || received != expected {
-            bail!(
-                "ssh cat: {status}, {received} bytes: {}",
-                fs::read_to_string(self.dir.join("ssh.log"))
-                    .unwrap_or_default()
-                    .trim()
-            );
+            bail!("ssh cat: {status}, {received} bytes: {}", self.log());
         }
         Ok((end - first).as_secs_f64())
     }

@@ -163,6 +163,8 @@ impl BenchServer {
     ) -> anyhow::Result<Vec<Uuid>> {
         let now = self.clock.now_ms();
         let mut ids = Vec::with_capacity(count);
+        // One transaction: 10,000 rows are one commit, not 10,000.
+        let mut transaction = self.state.db().pool().begin().await?;
         for _ in 0..count {
             let id = bothy_proto::ids::uuid_v7(u64::try_from(now)?)?;
             sqlx::query(
@@ -178,10 +180,11 @@ impl BenchServer {
             .bind(&account.device_id)
             .bind(&account.session_user_id)
             .bind(now)
-            .execute(self.state.db().pool())
+            .execute(&mut *transaction)
             .await?;
             ids.push(id);
         }
+        transaction.commit().await?;
         Ok(ids)
     }
 
@@ -201,6 +204,24 @@ impl BenchServer {
         })
         .await
         .map_err(|_| anyhow!("the relay did not pair every session"))
+    }
+
+    /// Waits until the relay holds no side of any session of `ids`.
+    pub async fn wait_unpaired(&self, ids: &[Uuid]) -> anyhow::Result<()> {
+        tokio::time::timeout(Duration::from_secs(300), async {
+            loop {
+                let relay = self.state.relay();
+                if ids.iter().all(|id| {
+                    let sides = relay.sides(*id);
+                    !sides.device && !sides.host
+                }) {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .map_err(|_| anyhow!("the relay still holds sides of the sessions"))
     }
 
     /// The TOTP code of the next 30 s step (the clock moves there).
