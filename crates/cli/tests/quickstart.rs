@@ -120,6 +120,9 @@ fn expect(p: &mut PtySession, text: &str) -> String {
 /// One quickstart of a test: its folder, port, users and the home of the
 /// person who runs it.
 struct Quickstart {
+    /// First, so that it drops first (fields drop in declaration order): the
+    /// script's `stop` needs the folder's PID files and the users it runs as.
+    _stop: Stop,
     dir: PathBuf,
     home: PathBuf,
     port: u16,
@@ -127,7 +130,6 @@ struct Quickstart {
     service_user: TestUser,
     session_user: TestUser,
     _scenario: machine::ScenarioDir,
-    _stop: Stop,
 }
 
 impl Quickstart {
