@@ -69,9 +69,10 @@ impl Tty {
     }
 
     /// Asks for a secret with the echo turned off (restored afterwards, also
-    /// on an error).
+    /// on an error). The echo goes off before the question shows, as
+    /// `readpassphrase(3)` does: the flush drops only what was typed before
+    /// the question, never an answer typed as soon as it appeared.
     pub fn ask_secret(&mut self, question: &str) -> Result<Zeroizing<String>, ClientError> {
-        self.say(question)?;
         let saved =
             termios::tcgetattr(&self.writer).map_err(|_| ClientError::NoTerminal("secret"))?;
         let mut quiet = saved.clone();
@@ -79,7 +80,7 @@ impl Tty {
         quiet.local_flags.insert(LocalFlags::ECHONL);
         termios::tcsetattr(&self.writer, SetArg::TCSAFLUSH, &quiet)
             .map_err(|_| ClientError::NoTerminal("secret"))?;
-        let answer = self.read_line();
+        let answer = self.say(question).and_then(|()| self.read_line());
         let _ = termios::tcsetattr(&self.writer, SetArg::TCSAFLUSH, &saved);
         answer
     }
