@@ -17,7 +17,7 @@ use bothy_proto::frame::TerminalSize;
 use bothy_proto::jwk::Jwks;
 use bothy_proto::jws::TerminalSessionClaims;
 use bothy_proto::report::{ProfileKind, Report};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::EXIT_REFUSED_START;
@@ -520,23 +520,7 @@ impl Host {
             }
             _ => return Err(CloseDetail::PtyFailed),
         }
-        let (mut reader, mut writer) = channel.into_split();
-        let (from_tx, from_helper) = mpsc::channel::<FromHelper>(16);
-        let (to_helper, mut to_rx) = mpsc::channel::<ToHelper>(16);
-        tokio::spawn(async move {
-            while let Ok(Some(message)) = reader.recv().await {
-                if from_tx.send(message).await.is_err() {
-                    break;
-                }
-            }
-        });
-        tokio::spawn(async move {
-            while let Some(message) = to_rx.recv().await {
-                if writer.send(&message).await.is_err() {
-                    break;
-                }
-            }
-        });
+        let (from_helper, to_helper) = channel.into_split();
         Ok(PtyIo {
             from_helper,
             to_helper,

@@ -612,8 +612,16 @@ impl Stream {
     }
 }
 
+/// At most this much output goes into one batch of the writer before it
+/// flushes (as the relay's writer, D-451).
+const BATCH_BYTES: usize = 256 * 1024;
+
 /// Encrypts and sends the frames toward the device until the core and the link
-/// let go of the channel or a close is asked for.
+/// let go of the channel or a close is asked for. What is queued when the
+/// writer wakes goes out as one batch with one flush, and consecutive output
+/// is merged into frames of up to [`MAX_DATA_LEN`] bytes (D-452): a burst of
+/// small reads of the PTY costs one Noise message and one WebSocket frame per
+/// 64 KiB, not one per read. A lone chunk (an echo) goes out at once.
 async fn writer(
     mut tx: WsTx,
     transport: Arc<Mutex<Transport>>,
@@ -637,7 +645,7 @@ async fn writer(
                     }
                     return;
                 };
-                if send_frame(&mut tx, &transport, &frame).await.is_err() {
+                if send_batch(&mut tx, &transport, frame, &mut frames).await.is_err() {
                     return;
                 }
             }
@@ -645,33 +653,78 @@ async fn writer(
     }
 }
 
-async fn send_frame(
+/// Sends `first` and what else is queued now (up to [`BATCH_BYTES`] of
+/// output), flushes once, then signals the flush markers of the batch.
+async fn send_batch(
     tx: &mut WsTx,
     transport: &Mutex<Transport>,
-    frame: &OutFrame,
+    first: OutFrame,
+    frames: &mut mpsc::Receiver<OutFrame>,
 ) -> Result<(), ()> {
-    let frames: Vec<Vec<u8>> = match frame {
-        OutFrame::Data(bytes) => bytes
-            .chunks(MAX_DATA_LEN)
-            .filter_map(|chunk| Frame::Data(chunk).to_vec(Direction::HostToDevice).ok())
-            .collect(),
-        OutFrame::Exit(code) => vec![encode(Frame::Exit(*code))],
-        OutFrame::ReplayBegin => vec![encode(Frame::ReplayBegin)],
-        OutFrame::ReplayEnd => vec![encode(Frame::ReplayEnd)],
-        OutFrame::Flushed(written) => {
-            // Every frame before this one was sent (and flushed) in order.
-            written.done();
-            return Ok(());
+    let mut output: Vec<u8> = Vec::new();
+    let mut markers: Vec<core::FlushAck> = Vec::new();
+    let mut taken = 0usize;
+    let mut next = Some(first);
+    while let Some(frame) = next.take() {
+        match frame {
+            OutFrame::Data(bytes) => {
+                taken += bytes.len();
+                if output.is_empty() {
+                    output = bytes;
+                } else {
+                    output.extend_from_slice(&bytes);
+                }
+                // Whole frames go out as soon as they are full; the rest waits
+                // for more output of the batch.
+                let full = output.len() - output.len() % MAX_DATA_LEN;
+                if full > 0 {
+                    send_output(tx, transport, &output[..full]).await?;
+                    output.drain(..full);
+                }
+            }
+            OutFrame::Flushed(written) => markers.push(written),
+            other => {
+                send_output(tx, transport, &output).await?;
+                output.clear();
+                let plain = match other {
+                    OutFrame::Exit(code) => encode(Frame::Exit(code)),
+                    OutFrame::ReplayBegin => encode(Frame::ReplayBegin),
+                    _ => encode(Frame::ReplayEnd),
+                };
+                send_message(tx, transport, &plain).await?;
+            }
         }
-    };
-    for plain in frames {
-        let message = {
-            let mut transport = transport.lock().unwrap_or_else(|p| p.into_inner());
-            transport.write_message(&plain).map_err(|_| ())?
-        };
-        tx.send(Message::binary(message)).await.map_err(|_| ())?;
+        if taken < BATCH_BYTES {
+            next = frames.try_recv().ok();
+        }
+    }
+    send_output(tx, transport, &output).await?;
+    tx.flush().await.map_err(|_| ())?;
+    // Every frame before each marker is on the socket now.
+    for written in markers {
+        written.done();
     }
     Ok(())
+}
+
+/// Queues `bytes` of output as `data` frames of at most [`MAX_DATA_LEN`].
+async fn send_output(tx: &mut WsTx, transport: &Mutex<Transport>, bytes: &[u8]) -> Result<(), ()> {
+    for chunk in bytes.chunks(MAX_DATA_LEN) {
+        let plain = Frame::Data(chunk)
+            .to_vec(Direction::HostToDevice)
+            .map_err(|_| ())?;
+        send_message(tx, transport, &plain).await?;
+    }
+    Ok(())
+}
+
+/// Encrypts one frame and queues it on the WebSocket (no flush).
+async fn send_message(tx: &mut WsTx, transport: &Mutex<Transport>, plain: &[u8]) -> Result<(), ()> {
+    let message = {
+        let mut transport = transport.lock().unwrap_or_else(|p| p.into_inner());
+        transport.write_message(plain).map_err(|_| ())?
+    };
+    tx.feed(Message::binary(message)).await.map_err(|_| ())
 }
 
 fn encode(frame: Frame<'_>) -> Vec<u8> {

@@ -290,11 +290,19 @@ impl Doctor {
             former: ctx.former_session_users.clone(),
             places: self.places.clone(),
         };
-        let findings = tokio::task::spawn_blocking(move || service_side::service_checks(&inputs))
-            .await
-            .ok();
-        let server_host = hd5(ctx).await;
-        self.complete(ctx, helpers, kind, scope, findings, server_host)
+        // sudo (HD3 of the service user), the rest of the service side and
+        // the lookup of HD5 run side by side, and sudo beside the helpers'
+        // answers too: the gate before a PTY waits for the slowest of them,
+        // not for their sum (issue 20).
+        let sudo = tokio::task::spawn_blocking({
+            let inputs = inputs.clone();
+            move || service_side::service_sudo_passwordless(&inputs)
+        });
+        let service =
+            tokio::task::spawn_blocking(move || service_side::service_checks_but_sudo(&inputs));
+        let (findings, server_host) = tokio::join!(service, hd5(ctx));
+        let findings = findings.ok();
+        self.complete(ctx, helpers, kind, scope, findings, server_host, Some(sudo))
             .await;
         self.snapshot() != before
     }
@@ -308,10 +316,11 @@ impl Doctor {
         scope: Scope<'_>,
         findings: Option<ServiceFindings>,
         server_host: bool,
+        sudo: Option<tokio::task::JoinHandle<bool>>,
     ) {
         self.server_host = server_host;
         self.declaration = ctx.declaration;
-        let Some(findings) = findings else {
+        let Some(mut findings) = findings else {
             // The service side did not finish: nothing counts as checked.
             self.service = None;
             return;
@@ -359,6 +368,17 @@ impl Doctor {
         }
         self.drift();
         self.finish_profiles(ctx, &findings);
+        if let Some(sudo) = sudo {
+            match sudo.await {
+                Ok(true) => findings.codes.push(DoctorCode::PasswordlessSudo),
+                Ok(false) => {}
+                Err(_) => {
+                    // HD3 did not finish: nothing counts as checked.
+                    self.service = None;
+                    return;
+                }
+            }
+        }
         self.service = Some(findings);
     }
 

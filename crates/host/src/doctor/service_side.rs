@@ -154,6 +154,27 @@ pub struct ServiceInputs {
 
 /// Runs the service side (module docs).
 pub fn service_checks(inputs: &ServiceInputs) -> ServiceFindings {
+    let mut out = service_checks_but_sudo(inputs);
+    if service_sudo_passwordless(inputs) {
+        out.codes.push(DoctorCode::PasswordlessSudo);
+    }
+    out
+}
+
+/// HD3 for the service user alone: whether `sudo -n true` passes for it (an
+/// unknown service user has no sudo to check; HD1 reports it). It starts
+/// sudo, the slowest step of the service side, so a run starts it on a thread
+/// of its own beside the other checks and the helpers' answers.
+pub fn service_sudo_passwordless(inputs: &ServiceInputs) -> bool {
+    let config = &inputs.config;
+    accounts::UserEntry::lookup(&config.service_user)
+        .ok()
+        .flatten()
+        .is_some_and(|service| service_sudo(&service, &inputs.places, config.auth_status_timeout))
+}
+
+/// The service side without [`service_sudo_passwordless`].
+pub fn service_checks_but_sudo(inputs: &ServiceInputs) -> ServiceFindings {
     let config = &inputs.config;
     let mut out = ServiceFindings::default();
     let service = accounts::UserEntry::lookup(&config.service_user)
@@ -168,11 +189,6 @@ pub fn service_checks(inputs: &ServiceInputs) -> ServiceFindings {
         &inputs.places,
         &mut out.codes,
     );
-    if let Some(service) = &service
-        && service_sudo(service, &inputs.places, config.auth_status_timeout)
-    {
-        out.codes.push(DoctorCode::PasswordlessSudo);
-    }
     hd4_hd8(config, service.as_ref(), &session_accounts, &mut out.codes);
     let claude = config.claude_bin.as_ref().map(|bin| {
         program::check_program(

@@ -278,7 +278,7 @@ async fn run(
     codes: &[DoctorCode],
 ) {
     doctor
-        .complete(ctx, port, kind, scope, Some(findings(codes)), false)
+        .complete(ctx, port, kind, scope, Some(findings(codes)), false, None)
         .await;
 }
 
@@ -487,6 +487,7 @@ async fn an_unusable_claude_bin_warns_and_drops_the_profile() {
             Scope::All,
             Some(unusable),
             false,
+            None,
         )
         .await;
     assert!(
@@ -851,7 +852,7 @@ async fn a_service_side_that_did_not_finish_counts_as_failed() {
     run(&mut doctor, &ctx, &port, RunKind::Full, Scope::All, &[]).await;
     assert!(!doctor.refuses_start());
     doctor
-        .complete(&ctx, &port, RunKind::Light, Scope::All, None, false)
+        .complete(&ctx, &port, RunKind::Light, Scope::All, None, false, None)
         .await;
     assert!(doctor.refuses_start());
     assert_eq!(doctor.gate("alice"), Err(CloseDetail::PtyFailed));

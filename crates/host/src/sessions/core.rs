@@ -19,7 +19,8 @@ use uuid::Uuid;
 
 use super::Sessions;
 use super::scrollback::{Scrollback, SinceStart};
-use crate::channel::{FromHelper, ToHelper};
+use crate::channel::codec::{FrameReader, FrameWriter};
+use crate::channel::{ChannelReader, ChannelWriter, FromHelper, ToHelper};
 
 /// How long the exit frame may wait for room toward a slow device before the
 /// end is reported anyway.
@@ -99,14 +100,59 @@ pub enum CoreCmd {
     Kill,
 }
 
-/// The PTY of a session as the core sees it: what the helper sends and where
-/// to send input (adapters over the session connection of the local channel).
+/// What the helper sends about a PTY, as the core reads it.
+pub trait PtyOutput: Send + 'static {
+    /// The next message; `None` once the session connection ended or broke
+    /// (the helper ends the tree then). Cancel-safe: the core waits on it in
+    /// a `select!` beside its commands and timers.
+    fn recv(&mut self) -> impl Future<Output = Option<FromHelper>> + Send;
+}
+
+/// Where the core sends input, sizes and the end of a PTY.
+pub trait PtyInput: Send + 'static {
+    /// Sends one message; `Err` once the session connection is gone. Not
+    /// cancel-safe: the core awaits it to the end.
+    fn send(&mut self, message: ToHelper) -> impl Future<Output = Result<(), PtyGone>> + Send;
+
+    /// Sends `End` if that needs no wait; the core closes the connection
+    /// right after, which ends the tree as well (so a half-sent `End` does
+    /// no harm).
+    fn end_now(&mut self);
+}
+
+/// The session connection to the helper is gone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PtyGone;
+
+/// The PTY of a session as the core sees it: the two halves of its session
+/// connection of the local channel, read and written by the core itself (no
+/// task in between: one hand-off less each way for every keystroke and its
+/// echo, issue 20).
 #[derive(Debug)]
-pub struct PtyIo {
+pub struct PtyIo<R = ChannelReader, W = ChannelWriter> {
     /// From the helper.
-    pub from_helper: mpsc::Receiver<FromHelper>,
+    pub from_helper: R,
     /// To the helper.
-    pub to_helper: mpsc::Sender<ToHelper>,
+    pub to_helper: W,
+}
+
+impl PtyOutput for ChannelReader {
+    async fn recv(&mut self) -> Option<FromHelper> {
+        // A frame the decoder refuses leaves the stream out of step: the
+        // connection counts as broken.
+        FrameReader::recv(self).await.ok().flatten()
+    }
+}
+
+impl PtyInput for ChannelWriter {
+    async fn send(&mut self, message: ToHelper) -> Result<(), PtyGone> {
+        FrameWriter::send(self, &message).await.map_err(|_| PtyGone)
+    }
+
+    fn end_now(&mut self) {
+        use futures_util::FutureExt as _;
+        let _ = FrameWriter::send(self, &ToHelper::End).now_or_never();
+    }
 }
 
 /// The core's starting values.
@@ -123,15 +169,15 @@ pub struct CoreSettings {
 }
 
 /// Runs the core until the session ends.
-pub async fn run(
+pub async fn run<R: PtyOutput, W: PtyInput>(
     sessions: Arc<Sessions>,
     settings: CoreSettings,
-    pty: PtyIo,
+    pty: PtyIo<R, W>,
     mut commands: mpsc::Receiver<CoreCmd>,
 ) {
     let PtyIo {
         mut from_helper,
-        to_helper,
+        mut to_helper,
     } = pty;
     let session_id = settings.session_id;
     let mut idle = settings.idle;
@@ -216,11 +262,11 @@ pub async fn run(
                         detach = d;
                     }
                     CoreCmd::End(reason, detail) => {
-                        let _ = to_helper.try_send(ToHelper::End);
+                        to_helper.end_now();
                         break Some(ended(session_id, reason, detail, None));
                     }
                     CoreCmd::Kill => {
-                        let _ = to_helper.try_send(ToHelper::End);
+                        to_helper.end_now();
                         break None;
                     }
                 }
@@ -277,13 +323,13 @@ pub async fn run(
                     }
                     Some(other) => {
                         tracing::warn!(message = ?message_kind(&other), "unexpected message from the helper; the session ends");
-                        let _ = to_helper.try_send(ToHelper::End);
+                        to_helper.end_now();
                         break Some(ended(session_id, CloseReason::ProcessExited, None, None));
                     }
                 }
             }
             () = tokio::time::sleep_until(idle_at) => {
-                let _ = to_helper.try_send(ToHelper::End);
+                to_helper.end_now();
                 break Some(ended(session_id, CloseReason::IdleTimeout, None, None));
             }
             () = async {
@@ -292,7 +338,7 @@ pub async fn run(
                     None => std::future::pending().await,
                 }
             } => {
-                let _ = to_helper.try_send(ToHelper::End);
+                to_helper.end_now();
                 break Some(ended(session_id, CloseReason::DetachExpired, None, None));
             }
         }

@@ -9,6 +9,24 @@ use super::*;
 use crate::data::checks::LivePty;
 use crate::sessions::{PtyHandle, Reporter};
 
+/// The helper's side in the test's hands: the core reads and writes the
+/// test's channels through the same traits as the real session connection.
+impl PtyOutput for mpsc::Receiver<FromHelper> {
+    async fn recv(&mut self) -> Option<FromHelper> {
+        mpsc::Receiver::recv(self).await
+    }
+}
+
+impl PtyInput for mpsc::Sender<ToHelper> {
+    async fn send(&mut self, message: ToHelper) -> Result<(), PtyGone> {
+        mpsc::Sender::send(self, message).await.map_err(|_| PtyGone)
+    }
+
+    fn end_now(&mut self) {
+        let _ = self.try_send(ToHelper::End);
+    }
+}
+
 #[derive(Default)]
 struct Collect(Mutex<Vec<HostMessage>>);
 
