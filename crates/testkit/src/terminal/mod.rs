@@ -6,7 +6,6 @@
 //!   with the proof, report, heartbeats, session reports).
 //! - [`host_data`]: a host service's data connection and its Noise responder.
 //! - [`device`]: a device stream and its Noise initiator.
-#![allow(dead_code)]
 
 pub mod device;
 pub mod host_control;

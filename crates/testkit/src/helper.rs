@@ -12,13 +12,13 @@
 //! root, and the peer check compares the *peer* (the helper) with the
 //! expectation, not the caller; that only the service user (and root) may
 //! connect to an endpoint is its own assertion (`channel_peer.rs`).
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bothy_host::channel::{
     Channel, ChannelError, FromHelper, PeerExpectation, PtyStart, StartProgram, ToHelper,
@@ -27,7 +27,8 @@ use bothy_host::manager;
 use bothy_proto::frame::TerminalSize;
 use uuid::Uuid;
 
-use crate::support::users::{self, TestUser};
+use crate::users::{self, TestUser};
+use crate::wait::try_eventually_blocking;
 
 /// Bound of every wait on a process or a message.
 pub const BOUND: Duration = Duration::from_secs(20);
@@ -62,15 +63,9 @@ pub struct Supervised {
 
 /// Polls `probe` until it gives a value, at most [`BOUND`]: for facts of the
 /// process table and of files, which give no event to wait for.
-pub fn poll<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + BOUND;
-    loop {
-        if let Some(value) = probe() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+#[track_caller]
+pub fn poll<T>(what: &str, probe: impl FnMut() -> Option<T>) -> T {
+    crate::wait::eventually_blocking(what, BOUND, probe)
 }
 
 impl Supervised {
@@ -84,7 +79,7 @@ impl Supervised {
 
     /// Supervise for `users`, with `extra` names appended to `session_users`.
     pub fn start_with(users: Vec<TestUser>, extra: &[&str]) -> Supervised {
-        if !cfg!(feature = "test-seams") {
+        if !bothy_host::seams::ENABLED {
             panic!(
                 "these tests need the stand-in service of the feature test-seams: \
                  cargo test -p bothy-host --features test-seams (scripts/test builds with it)"
@@ -143,7 +138,7 @@ impl Supervised {
             .append(true)
             .open(&self.log)
             .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_bothy-host"))
+        Command::new(crate::machine::bothy_host())
             .arg("--config")
             .arg(&self.config)
             .arg("supervise")
@@ -178,15 +173,13 @@ impl Supervised {
 
     /// Waits (bounded) until the log of supervise contains `needle`.
     pub fn wait_log(&self, needle: &str) {
-        let deadline = Instant::now() + BOUND;
-        while !self.log_text().contains(needle) {
-            assert!(
-                Instant::now() < deadline,
-                "{needle} never appeared in the log:\n{}",
-                self.log_text()
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let seen =
+            try_eventually_blocking(BOUND, || self.log_text().contains(needle).then_some(()));
+        assert!(
+            seen.is_some(),
+            "{needle} never appeared in the log:\n{}",
+            self.log_text()
+        );
     }
 
     /// What supervise and its children logged.
@@ -332,12 +325,8 @@ impl Drop for Supervised {
                 nix::unistd::Pid::from_raw(child.id() as i32),
                 nix::sys::signal::Signal::SIGTERM,
             );
-            let deadline = Instant::now() + BOUND;
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(10));
+            if try_eventually_blocking(BOUND, || child.try_wait().ok().flatten()).is_some() {
+                return;
             }
             let _ = child.kill();
             let _ = child.wait();

@@ -27,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use super::TestDb;
+use crate::TestDb;
 
 /// 2026-12-01T00:00:00Z, where the manual clock of a test server starts.
 pub const TEST_START_MS: i64 = 1_796_083_200_000;

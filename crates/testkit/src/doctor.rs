@@ -2,7 +2,7 @@
 //! root-owned scratch folders outside the world-writable `/tmp`, the real
 //! `bothy-host doctor-probe` as the session user, and a configuration built
 //! around them.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -17,9 +17,7 @@ use bothy_host::doctor::{Doctor, Places, ProbePort, RunKind, Scope, ServiceConte
 use bothy_proto::control::LlmCredentials;
 use bothy_proto::doctor::{Check, DoctorCode, DoctorEntry};
 
-#[path = "../support/mod.rs"]
-mod support;
-pub use support::users::TestUser;
+pub use crate::users::TestUser;
 
 /// `useradd` and `userdel` lock the user database; one at a time per binary.
 static USERS: Mutex<()> = Mutex::new(());
@@ -34,7 +32,7 @@ pub fn user(tag: &str) -> TestUser {
 
 /// The `bothy-host` binary of this build.
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_bothy-host"))
+    PathBuf::from(crate::machine::bothy_host())
 }
 
 /// A folder of root, mode 0755, on a path of root only (not `/tmp`), removed

@@ -20,7 +20,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
 use tokio_tungstenite::tungstenite::{Error, Message};
 
-use super::server::TestServer;
+use crate::server::TestServer;
 
 /// The safety net of every wait on a socket.
 pub const WAIT: Duration = Duration::from_secs(30);

@@ -1,21 +1,11 @@
-//! Helpers of the host tests (`hosts_*.rs`), on top of `identity_common`: an
+//! Helpers of the host tests (`hosts_*.rs`), on top of [`crate::identity`]: an
 //! owner (or member) logged in through the real routes, step-ups with fresh
 //! TOTP codes, the two key pairs of a host service ([`HostKeys`]), the bodies
 //! of createHost, host.pair and confirmHost, and one call per route that
 //! returns the [`Reply`] as it came.
 //!
-//! A test file that uses it declares all three modules:
-//!
-//! ```ignore
-//! mod hosts_common;
-//! mod identity_common;
-//! mod support;
-//! use hosts_common::*;
-//! ```
-//!
 //! Time moves only through the server's manual clock; every step-up takes a
 //! fresh TOTP code, which moves it one TOTP step (30 s) forward.
-#![allow(dead_code)] // each test binary uses a different part
 
 use bothy_proto::fingerprint::{KeyFingerprint, key_fingerprint};
 use bothy_proto::jwk::Ed25519PublicJwk;
@@ -26,8 +16,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha512};
 use sqlx::Row;
 
-use crate::identity_common::{Enrolled, Reply, Session, get, invite, owner, post};
-use crate::support::server::TestServer;
+use crate::identity::{Enrolled, Reply, Session, get, invite, owner, post};
+use crate::server::TestServer;
 
 /// The default `terminal.fingerprint_confirm_chars`.
 pub const CONFIRM_CHARS: usize = 8;
@@ -36,6 +26,7 @@ pub const CONFIRM_CHARS: usize = 8;
 pub const REASON: &str = "pairing test host";
 
 /// A person logged in on the CLI: what the helpers need to act for them.
+#[derive(Debug)]
 pub struct Person {
     /// The enrolled person (username, TOTP).
     pub enrolled: Enrolled,

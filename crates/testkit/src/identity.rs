@@ -5,7 +5,6 @@
 //!
 //! Time moves only through the server's manual clock: every TOTP use first
 //! moves it one step (30 s) forward, so no code is ever the one used before.
-#![allow(dead_code)] // each test binary uses a different part
 
 use std::time::Duration;
 
@@ -15,7 +14,7 @@ use reqwest::header::HeaderMap;
 use serde_json::{Value, json};
 use sqlx::Row;
 
-use crate::support::server::TestServer;
+use crate::server::TestServer;
 
 /// A password that follows the rule.
 pub const PASSWORD: &str = "correct horse battery staple";
@@ -94,6 +93,7 @@ pub fn device_key(seed: u8) -> String {
 }
 
 /// A person who finished enrollment.
+#[derive(Debug)]
 pub struct Enrolled {
     pub username: String,
     pub password: String,

@@ -13,9 +13,9 @@ use futures_util::StreamExt;
 use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
 
-use crate::hosts_common::HostKeys;
-use crate::support::server::TestServer;
-use crate::support::ws::{self, WAIT, Ws};
+use crate::hosts::HostKeys;
+use crate::server::TestServer;
+use crate::ws::{self, WAIT, Ws};
 
 /// What the server sent next on a binary connection.
 #[derive(Debug, PartialEq)]

@@ -2,7 +2,6 @@
 //! when the test panics): a user in a group, and a passwordless sudo rule.
 //! Used by `doctor_t13` (the checks) and `e2e_t13` (the service); they take
 //! the account's name, so either test's user type fits.
-#![allow(dead_code)]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -15,6 +14,7 @@ fn run(program: &str, args: &[&str]) {
 
 /// The account `user` added to `group` (created when missing and then removed
 /// again on drop; the membership itself ends with the test user).
+#[derive(Debug)]
 pub struct Membership {
     created: Option<String>,
 }
@@ -49,6 +49,7 @@ impl Drop for Membership {
 
 /// A rule `user ALL=(ALL) NOPASSWD: ALL` in /etc/sudoers.d (root's, 0440),
 /// removed on drop. Needs the real sudo (`.ci/run` installs it).
+#[derive(Debug)]
 pub struct SudoRule(PathBuf);
 
 impl SudoRule {

@@ -71,6 +71,7 @@ pub fn unique_name(tag: &str) -> String {
 
 /// Accounts a command under test creates (not the test): removed like a
 /// [`TestUser`] on drop.
+#[derive(Debug)]
 pub struct Accounts(pub Vec<String>);
 
 impl Drop for Accounts {

@@ -12,12 +12,6 @@
 //! because the host service checks tokens and proofs against its own clock;
 //! the TOTP of a step-up moves it ahead by one step more, which
 //! `auth.clock_leeway: 1h` covers.
-//!
-//! A test file declares: `#[path = "../../server/tests/support/mod.rs"] mod
-//! support;` and the same for `identity_common`, `hosts_common`,
-//! `terminal_common`, plus `#[path = "support/users.rs"] mod users;` and `mod
-//! e2e_common;`.
-#![allow(dead_code)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -37,17 +31,16 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
 
-use crate::hosts_common::{Person, confirm, create_host, owner_person, step_up};
-use crate::identity_common::{Reply, post};
-use crate::support::server::TestServer;
-use crate::support::ws::Ws;
-use crate::terminal_common::device;
-use crate::terminal_common::host_data::{Frame as WsFrame, next_frame};
+use crate::hosts::{Person, confirm, create_host, owner_person, step_up};
+use crate::identity::{Reply, post};
+use crate::server::TestServer;
+use crate::terminal::device;
+use crate::terminal::host_data::{Frame as WsFrame, next_frame};
 use crate::users::TestUser;
+use crate::wait::{eventually, try_eventually};
+use crate::ws::Ws;
 
-#[path = "../support/machine.rs"]
-mod machine;
-pub use machine::{ScenarioDir, bothy_host, close_foreign_homes};
+pub use crate::machine::{ScenarioDir, bothy_host, close_foreign_homes};
 
 /// The configuration every scenario server gets on top of the defaults.
 /// The heartbeat interval is an hour because every TOTP step-up moves the
@@ -115,6 +108,7 @@ impl Default for Options {
 /// host service reaches the server under the name of its certificate while
 /// the name resolves to no address of its own (HD5 passes: not the server
 /// host). Removed on drop.
+#[derive(Debug)]
 pub struct HostNetwork {
     name: String,
     outer_link: String,
@@ -293,7 +287,7 @@ fn follow_real_time(clock: Arc<ManualClock>) -> tokio::task::JoinHandle<()> {
 impl Scenario {
     /// Everything up to a connected host.
     pub async fn start(engine: Engine, options: Options) -> Scenario {
-        if !cfg!(feature = "test-seams") {
+        if !bothy_host::seams::ENABLED {
             panic!(
                 "the scenario tests need bothy-host built with --features bothy-host/test-seams \
                  (scripts/test does this): this kernel has no Yama, and HD10 refuses the start \
@@ -475,14 +469,12 @@ impl Scenario {
 
     /// Waits (bounded) until the server no longer counts the host as connected.
     pub async fn wait_disconnected(&self) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while self.connected() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the server still counts the host as connected"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually(
+            "the server to count the host as no longer connected",
+            WAIT,
+            || async move { (!self.connected()).then_some(()) },
+        )
+        .await;
     }
 
     /// The host's ID.
@@ -500,15 +492,13 @@ impl Scenario {
 
     /// Waits until the server counts the host as connected (a report applied).
     pub async fn wait_connected(&self) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.connected() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the host service never connected; its log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let connected =
+            try_eventually(WAIT, || async move { self.connected().then_some(()) }).await;
+        assert!(
+            connected.is_some(),
+            "the host service never connected; its log:\n{}",
+            self.log()
+        );
     }
 
     /// The host service's log so far.
@@ -637,18 +627,15 @@ impl Scenario {
 
     /// Waits until at least `count` processes of session user `index` run.
     pub async fn wait_session_processes(&self, index: usize, count: usize) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let running = self.session_processes(index);
-            if running.len() >= count {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "fewer than {count} processes of the session user: {running:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let enough = try_eventually(WAIT, || async move {
+            (self.session_processes(index).len() >= count).then_some(())
+        })
+        .await;
+        assert!(
+            enough.is_some(),
+            "fewer than {count} processes of the session user: {:?}",
+            self.session_processes(index)
+        );
     }
 
     /// Waits (bounded) until the record of the helper of session user `index`
@@ -658,37 +645,33 @@ impl Scenario {
             .runtime_dir
             .join("pids")
             .join(format!("helper@{}.pid", self.users[index].name));
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let now = fs::read_to_string(&record)
+        let record = &record;
+        let started = try_eventually(WAIT, || async move {
+            fs::read_to_string(record)
                 .ok()
-                .and_then(|t| t.trim().parse::<u32>().ok());
-            if let Some(pid) = now.filter(|pid| *pid != old) {
-                return pid;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
+                .and_then(|t| t.trim().parse::<u32>().ok())
+                .filter(|pid| *pid != old)
+        })
+        .await;
+        started.unwrap_or_else(|| {
+            panic!(
                 "the helper was never started again; host log:\n{}",
                 self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            )
+        })
     }
 
     /// Waits (bounded) until session user `index` runs nothing but its helper.
     pub async fn wait_no_session_processes(&self, index: usize) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let left = self.session_processes(index);
-            if left.is_empty() {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "processes of the session user survive: {left:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let gone = try_eventually(WAIT, || async move {
+            self.session_processes(index).is_empty().then_some(())
+        })
+        .await;
+        assert!(
+            gone.is_some(),
+            "processes of the session user survive: {:?}",
+            self.session_processes(index)
+        );
     }
 
     /// The state and close_reason/close_detail of a session row.
@@ -704,18 +687,16 @@ impl Scenario {
 
     /// Waits (bounded) until the session has `state`.
     pub async fn wait_state(&self, session_id: Uuid, state: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            let row = self.session_row(session_id).await;
-            if row.0 == state {
-                return;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the session never reached {state}: {row:?}; host log:\n{}",
+        let reached = try_eventually(WAIT, || async move {
+            (self.session_row(session_id).await.0 == state).then_some(())
+        })
+        .await;
+        if reached.is_none() {
+            panic!(
+                "the session never reached {state}: {:?}; host log:\n{}",
+                self.session_row(session_id).await,
                 self.log()
             );
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
@@ -889,6 +870,7 @@ impl Drop for Scenario {
 }
 
 /// A device with an open, started session.
+#[derive(Debug)]
 pub struct DeviceSession {
     pub session_id: Uuid,
     pub ws: Ws,
@@ -1045,29 +1027,30 @@ impl DeviceSession {
 impl Scenario {
     /// Waits (bounded) until the host's log contains `needle`.
     pub async fn wait_log(&self, needle: &str) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while !self.log().contains(needle) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{needle} never appeared in the host log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let seen = try_eventually(
+            WAIT,
+            || async move { self.log().contains(needle).then_some(()) },
+        )
+        .await;
+        assert!(
+            seen.is_some(),
+            "{needle} never appeared in the host log:\n{}",
+            self.log()
+        );
     }
 
     /// Waits (bounded) until the host's log contains `needle` at least
     /// `count` times.
     pub async fn wait_log_count(&self, needle: &str, count: usize) {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        while self.log().matches(needle).count() < count {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{needle} never appeared {count} times in the host log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let seen = try_eventually(WAIT, || async move {
+            (self.log().matches(needle).count() >= count).then_some(())
+        })
+        .await;
+        assert!(
+            seen.is_some(),
+            "{needle} never appeared {count} times in the host log:\n{}",
+            self.log()
+        );
     }
 
     /// Waits until supervise logs the service's exit 78 (a refused start),
@@ -1112,18 +1095,19 @@ impl Scenario {
 
     /// Waits (bounded) until the stored doctor entries satisfy `test`; them.
     pub async fn wait_doctor(&self, what: &str, test: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
+        let test = &test;
+        let stored = try_eventually(WAIT, || async move {
             let entries = self.reported_doctor().await;
-            if test(&entries) {
-                return entries;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the server never stored a report with {what}: {entries:?}; host log:\n{}",
+            test(&entries).then_some(entries)
+        })
+        .await;
+        match stored {
+            Some(entries) => entries,
+            None => panic!(
+                "the server never stored a report with {what}: {:?}; host log:\n{}",
+                self.reported_doctor().await,
                 self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            ),
         }
     }
 
@@ -1185,10 +1169,9 @@ impl Scenario {
         body["step_up_id"] = json!(step_up(&self.server, owner).await);
         let mut attempts = 0;
         loop {
-            let host =
-                crate::hosts_common::get_host(&self.server, owner.token(), &self.host_id).await;
-            let etag = crate::hosts_common::etag_of(&host);
-            let reply = crate::hosts_common::send(
+            let host = crate::hosts::get_host(&self.server, owner.token(), &self.host_id).await;
+            let etag = crate::hosts::etag_of(&host);
+            let reply = crate::hosts::send(
                 &self.server,
                 method.clone(),
                 &format!("/api/v1/hosts/{}{path}", self.host_id),
@@ -1279,18 +1262,9 @@ pub fn process_gone(pid: u32) -> bool {
 
 /// Waits (bounded) until every process of `pids` is gone.
 pub async fn wait_processes_gone(pids: &[u32]) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let left: Vec<u32> = pids.iter().copied().filter(|p| !process_gone(*p)).collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "processes survive: {left:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let left = || -> Vec<u32> { pids.iter().copied().filter(|p| !process_gone(*p)).collect() };
+    let gone = try_eventually(WAIT, || async move { left().is_empty().then_some(()) }).await;
+    assert!(gone.is_some(), "processes survive: {:?}", left());
 }
 
 /// Runs `script` with `/bin/sh -c` as `user` (its UID, GID and HOME); the output.

@@ -2,19 +2,15 @@
 //! project's software authenticator, the console login (password + passkey)
 //! with its cookie and CSRF token, passkey step-ups, and requests that carry
 //! the cookie — the same routes `identity_passkey.rs` tests.
-//!
-//! A test file that uses it declares `mod console_common; mod hosts_common;
-//! mod identity_common; mod support;`.
-#![allow(dead_code)] // each test binary uses a different part
 
 use serde_json::{Value, json};
 use webauthn_authenticator_rs::WebauthnAuthenticator;
 use webauthn_authenticator_rs::softpasskey::SoftPasskey;
 use webauthn_rs::prelude::{CreationChallengeResponse, RequestChallengeResponse, Url};
 
-use crate::hosts_common::{Person, step_up};
-use crate::identity_common::{Reply, post};
-use crate::support::server::TestServer;
+use crate::hosts::{Person, step_up};
+use crate::identity::{Reply, post};
+use crate::server::TestServer;
 
 /// The origin of the test server's `server.public_url`.
 pub const ORIGIN: &str = "https://localhost";

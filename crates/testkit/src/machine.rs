@@ -1,8 +1,7 @@
 //! The machine side of the scenario tests, shared by the host harness
-//! (`e2e_common`) and the quickstart test of the client: where the binaries
+//! ([`crate::scenario`]) and the quickstart test of the client: where the binaries
 //! under test are, a folder per scenario that the service user may read, and
 //! the homes HD9 needs closed. Nothing here talks to the server.
-#![allow(dead_code)]
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
@@ -38,15 +37,12 @@ impl Drop for ScenarioDir {
     }
 }
 
-/// The path of the `bothy-host` binary under test: Cargo's for the tests of
-/// bothy-host; for the tests of another package (the `bothy` client's), the
-/// one in the same target folder as the test binary, which `cargo test
-/// --workspace` builds (docs/decisions.md D-224).
+/// The path of the `bothy-host` binary under test: the one in the same target
+/// folder as the test binary, where Cargo puts it for the tests of bothy-host
+/// and where `cargo test --workspace` builds it for the tests of other
+/// packages (the `bothy` client's; docs/decisions.md D-224).
 pub fn bothy_host() -> &'static str {
-    match option_env!("CARGO_BIN_EXE_bothy-host") {
-        Some(path) => path,
-        None => bothy_host_beside_the_test(),
-    }
+    bothy_host_beside_the_test()
 }
 
 /// `<target>/<profile>/bothy-host` beside `<target>/<profile>/deps/<test>`.

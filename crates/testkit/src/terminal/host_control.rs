@@ -4,9 +4,6 @@
 //! ([`HostKeys`]), sends `identify`, `report`, `heartbeat`,
 //! `session.started` / `session.ended`, and decodes every server frame
 //! strictly ([`ServerMessage::decode`]).
-//!
-//! A test file that uses it declares `mod hosts_common; mod identity_common;
-//! mod support; mod terminal_common;`.
 
 use bothy_proto::codes::{CloseDetail, CloseReason};
 use bothy_proto::control::{
@@ -21,9 +18,9 @@ use bothy_proto::report::{
 use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
 
-use crate::hosts_common::HostKeys;
-use crate::support::server::TestServer;
-use crate::support::ws::{self, Next, Ws};
+use crate::hosts::HostKeys;
+use crate::server::TestServer;
+use crate::ws::{self, Next, Ws};
 
 /// The path of the control connection.
 pub const CONNECT_PATH: &str = "/api/v1/hosts/connect";
@@ -36,6 +33,7 @@ pub const HOST_VERSION: &str = "1.4.0";
 const MAX_FRAME: usize = 1 << 20;
 
 /// A control connection of a test host service.
+#[derive(Debug)]
 pub struct HostControl {
     /// The socket.
     pub ws: Ws,
@@ -98,6 +96,14 @@ impl HostControl {
     /// Sends a host message.
     pub async fn send(&mut self, message: &HostMessage) {
         ws::send(&mut self.ws, Message::text(message.to_json())).await;
+    }
+
+    /// Sends a heartbeat with no active session.
+    pub async fn heartbeat_send(&mut self) {
+        self.send(&HostMessage::Heartbeat(bothy_proto::control::Heartbeat {
+            active_sessions: 0,
+        }))
+        .await;
     }
 
     /// Sends raw text.

@@ -8,8 +8,8 @@ use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
 
 use super::host_data::{Frame, next_binary, next_frame};
-use crate::support::server::TestServer;
-use crate::support::ws::{self, Ws};
+use crate::server::TestServer;
+use crate::ws::{self, Ws};
 
 /// Opens the device stream of `session_id` (no header) and sends `identify`
 /// with `token`; returns the socket before reading the answer.

@@ -1,9 +1,8 @@
-//! Test support for the integration tests of `bothy-server`: real databases of
-//! both engines, and a macro that runs a test once per engine.
+//! Real databases of both engines, and a macro that runs a test once per
+//! engine.
 //!
 //! ```ignore
-//! mod support;
-//! use support::{TestDb, both_engines};
+//! use bothy_testkit::{TestDb, both_engines};
 //!
 //! async fn commit_works(engine: Engine) {
 //!     let t = TestDb::new(engine).await; // migrated
@@ -19,10 +18,6 @@
 //!   `postgres://postgres@127.0.0.1:5432/postgres` (override the server with
 //!   `TEST_POSTGRES_URL`), dropped `WITH (FORCE)` when the value is dropped,
 //!   also when the test panics. PostgreSQL unreachable is a failure, never a skip.
-#![allow(dead_code)] // every test binary uses a different part
-
-pub mod server;
-pub mod ws;
 
 use std::time::Duration;
 
@@ -46,8 +41,8 @@ pub struct TestDb {
 
 #[derive(Debug)]
 enum Guard {
-    Sqlite(tempfile::TempDir),
-    Postgres(DropDatabase),
+    Sqlite { _dir: tempfile::TempDir },
+    Postgres { _database: DropDatabase },
 }
 
 impl TestDb {
@@ -79,11 +74,11 @@ impl TestDb {
             Engine::Sqlite => {
                 let dir = tempfile::tempdir().expect("temporary directory");
                 let url = format!("sqlite://{}", dir.path().join("bothy.db").display());
-                (url, Guard::Sqlite(dir))
+                (url, Guard::Sqlite { _dir: dir })
             }
             Engine::Postgres => {
                 let guard = DropDatabase::create().await;
-                (guard.url.clone(), Guard::Postgres(guard))
+                (guard.url.clone(), Guard::Postgres { _database: guard })
             }
         };
         let db = Db::connect_with(&url, options)
@@ -239,13 +234,14 @@ impl Drop for DropDatabase {
 
 /// Runs each named `async fn(Engine)` once per engine: `sqlite::<name>` and
 /// `postgres::<name>`, each on a multi-threaded runtime with 2 workers.
+#[macro_export]
 macro_rules! both_engines {
     ($($name:ident),+ $(,)?) => {
         mod sqlite {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(bothy_server::db::Engine::Sqlite).await;
+                    super::$name($crate::Engine::Sqlite).await;
                 }
             )+
         }
@@ -253,10 +249,9 @@ macro_rules! both_engines {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(bothy_server::db::Engine::Postgres).await;
+                    super::$name($crate::Engine::Postgres).await;
                 }
             )+
         }
     };
 }
-pub(crate) use both_engines;
