@@ -35,6 +35,7 @@ pub mod codes;
 pub mod control;
 pub mod data;
 pub mod doctor;
+mod envelope;
 pub mod fingerprint;
 pub mod frame;
 #[doc(hidden)]
