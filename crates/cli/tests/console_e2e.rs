@@ -19,21 +19,9 @@
 //! leaves no storage; no CSP violation was reported. Screenshots go to the
 //! folder the test prints.
 
-#[path = "../../server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "../../server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "../../host/tests/support/users.rs"]
-#[allow(dead_code)]
-mod users;
-
-#[path = "../../host/tests/e2e_common/mod.rs"]
-mod e2e_common;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::scenario as e2e_common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

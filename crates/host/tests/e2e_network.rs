@@ -8,20 +8,9 @@
 //! host's network loss of TM-T16 (the link cut without a reset: the PTY
 //! survives, a reattach replays).
 
-#[path = "../../server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "../../server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "support/users.rs"]
-#[allow(dead_code)]
-mod users;
-
-mod e2e_common;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::scenario as e2e_common;
 
 use bothy_proto::frame::TerminalSize;
 use bothy_server::clock::Clock;

@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used)] // test bodies
 
-mod support;
+use bothy_testkit as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
