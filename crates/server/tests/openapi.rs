@@ -50,6 +50,8 @@ const PUBLIC_OPERATIONS: &[&str] = &[
     "finishPasskeyEnrollment",
     "startConsoleLogin",
     "finishConsoleLogin",
+    "startFirstPasskey",
+    "finishFirstPasskey",
 ];
 
 /// The host service's routes (DESIGN 3.4): pairing is public, the host's
