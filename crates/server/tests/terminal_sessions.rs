@@ -95,7 +95,7 @@ fn connect(server: &TestServer, host_id: &str) -> Link {
     let conn_id = Uuid::from_u128(0x5e55);
     let links = server.state.local_control_links();
     links.register(uuid(host_id), conn_id, tx);
-    links.mark_report_applied(uuid(host_id), conn_id);
+    links.mark_report_applied(uuid(host_id), conn_id, server.clock.now_ms());
     Link { rx }
 }
 

@@ -43,6 +43,8 @@ pub struct TestDb {
 enum Guard {
     Sqlite { _dir: tempfile::TempDir },
     Postgres { _database: DropDatabase },
+    /// A handle of [`TestDb::share`]: the owner drops the database.
+    Shared,
 }
 
 impl TestDb {
@@ -103,6 +105,17 @@ impl TestDb {
         Db::connect(&self.url)
             .await
             .expect("connect a second handle")
+    }
+
+    /// Another [`TestDb`] on the same database that does not drop it (a
+    /// second server node of a cluster test); the owner must outlive it.
+    pub async fn share(&self) -> TestDb {
+        TestDb {
+            db: self.connect_again().await,
+            engine: self.engine,
+            url: self.url.clone(),
+            _guard: Guard::Shared,
+        }
     }
 
     /// The number of rows of `table` (a name written in the test).

@@ -40,6 +40,7 @@ use crate::users::TestUser;
 use crate::wait::{eventually, try_eventually};
 use crate::ws::Ws;
 
+pub mod cluster;
 pub use crate::machine::{ScenarioDir, bothy_host, close_foreign_homes};
 
 /// The configuration every scenario server gets on top of the defaults.
@@ -83,6 +84,16 @@ pub struct Options {
     /// machine for the host (not the server host of 2.3, so non-owners may
     /// open), and the test can cut the host's network without a reset.
     pub own_network: bool,
+    /// Three server nodes with `cluster.mode: multi` behind a real nginx
+    /// ([`cluster`]): the host pairs and connects through the edge (its
+    /// control connection lands on node B), device streams go through the
+    /// edge (node C), and [`Scenario::server`] is node A, which serves the
+    /// openings. PostgreSQL only.
+    pub cluster: bool,
+    /// With [`Options::cluster`]: a fourth node as its own `bothy-server`
+    /// process, which the edge prefers for the control connection (node B
+    /// its backup), so a test can kill it (TM-T16).
+    pub control_process: bool,
 }
 
 impl Default for Options {
@@ -96,6 +107,8 @@ impl Default for Options {
             https_proxy: None,
             extra_env: Vec::new(),
             own_network: false,
+            cluster: false,
+            control_process: false,
         }
     }
 }
@@ -256,6 +269,8 @@ pub struct Scenario {
     extra_env: Vec<(String, PathBuf)>,
     /// The host's own network namespace ([`Options::own_network`]).
     pub network: Option<HostNetwork>,
+    /// Nodes B and C and the edge ([`Options::cluster`]).
+    pub cluster: Option<cluster::Cluster>,
     supervise: Option<Child>,
     follower: tokio::task::JoinHandle<()>,
 }
@@ -295,12 +310,27 @@ impl Scenario {
             );
         }
         close_foreign_homes();
-        let yaml = format!(
+        let mut yaml = format!(
             "{SERVER_YAML}{}{}",
             options.extra_terminal_yaml, options.extra_server_yaml
         );
+        if options.cluster {
+            assert_eq!(engine, Engine::Postgres, "several nodes need PostgreSQL");
+            yaml.push_str("cluster:\n  mode: multi\n");
+        }
         let server = TestServer::start_at(engine, &yaml, real_now_ms()).await;
         let follower = follow_real_time(Arc::clone(&server.clock));
+        let cluster = if options.cluster {
+            Some(
+                cluster::Cluster::start(&server, &yaml, real_now_ms(), options.control_process)
+                    .await,
+            )
+        } else {
+            None
+        };
+        let base = cluster
+            .as_ref()
+            .map_or_else(|| server.base.clone(), |c| c.edge.base());
         let owner = owner_person(&server, "owner").await;
         let service_user = TestUser::create("svc");
         let users: Vec<TestUser> = (0..options.session_users)
@@ -343,7 +373,7 @@ impl Scenario {
         let mut pair = host_program(network.as_ref());
         pair.arg("--config")
             .arg(&config_path)
-            .args(["pair", "--server", &server.base, "--code", &code])
+            .args(["pair", "--server", &base, "--code", &code])
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
             .env("SSL_CERT_FILE", &ca_file);
@@ -390,6 +420,7 @@ impl Scenario {
             https_proxy: options.https_proxy.clone(),
             extra_env: options.extra_env.clone(),
             network,
+            cluster,
             supervise: None,
             follower,
         };
@@ -910,7 +941,10 @@ impl DeviceSession {
         mut initiator: Initiator,
         token: &str,
     ) -> DeviceSession {
-        let mut ws = device::login(&scenario.server, session_id, person.token()).await;
+        let mut ws = match &scenario.cluster {
+            Some(cluster) => cluster.edge.device_login(session_id, person.token()).await,
+            None => device::login(&scenario.server, session_id, person.token()).await,
+        };
         let message1 = initiator
             .write_message1(token.as_bytes())
             .expect("message 1");

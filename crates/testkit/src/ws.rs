@@ -67,21 +67,34 @@ pub async fn connect_with_headers(
     options: Options,
     headers: &[(&str, &str)],
 ) -> Result<Ws, Refused> {
+    connect_to(server.port, &server.ca_file, path, token, options, headers).await
+}
+
+/// [`connect_with_headers`] to `localhost:port` trusting `ca_file`: a server
+/// that is no [`TestServer`] of this process (an edge in front of nodes).
+pub async fn connect_to(
+    port: u16,
+    ca_file: &std::path::Path,
+    path: &str,
+    token: Option<&str>,
+    options: Options,
+    headers: &[(&str, &str)],
+) -> Result<Ws, Refused> {
     let socket = TcpSocket::new_v4().expect("socket");
     if let Some(size) = options.recv_buffer {
         socket.set_recv_buffer_size(size).expect("SO_RCVBUF");
     }
     let tcp = socket
-        .connect(([127, 0, 0, 1], server.port).into())
+        .connect(([127, 0, 0, 1], port).into())
         .await
         .expect("connect");
     let name = ServerName::try_from("localhost").expect("server name");
-    let tls = TlsConnector::from(tls_config(&server.ca_file))
+    let tls = TlsConnector::from(tls_config(ca_file))
         .connect(name, tcp)
         .await
         .expect("TLS handshake");
 
-    let mut request = format!("wss://localhost:{}{path}", server.port)
+    let mut request = format!("wss://localhost:{port}{path}")
         .into_client_request()
         .expect("request");
     if let Some(token) = token {
