@@ -20,12 +20,11 @@
 //!
 //! Every wait is bounded; a failure prints what failed and exits non-zero.
 
-use bothy_testkit::scenario as e2e_common;
+use bothy_testkit as support;
 use bothy_testkit::hosts as hosts_common;
 use bothy_testkit::identity as identity_common;
-use bothy_testkit as support;
+use bothy_testkit::scenario as e2e_common;
 use bothy_testkit::terminal as terminal_common;
-use bothy_testkit::users;
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};

@@ -15,11 +15,6 @@
 //! glyph painted (p50, from the click and from the end of the step-up).
 
 use bothy_testkit::scenario as e2e_common;
-use bothy_testkit::hosts as hosts_common;
-use bothy_testkit::identity as identity_common;
-use bothy_testkit as support;
-use bothy_testkit::terminal as terminal_common;
-use bothy_testkit::users;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;

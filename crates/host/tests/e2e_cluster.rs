@@ -6,11 +6,8 @@
 //! the openings, the edge puts the host's control connection on node B and
 //! both stream paths on node C (`e2e_common::cluster`).
 
-use bothy_testkit::hosts as hosts_common;
-use bothy_testkit::identity as identity_common;
 use bothy_testkit as support;
 use bothy_testkit::terminal as terminal_common;
-use bothy_testkit::users;
 
 use bothy_testkit::scenario as e2e_common;
 

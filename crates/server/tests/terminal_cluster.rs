@@ -18,9 +18,9 @@
 
 #![allow(clippy::unwrap_used)] // test bodies
 
+use bothy_testkit as support;
 use bothy_testkit::hosts as hosts_common;
 use bothy_testkit::identity as identity_common;
-use bothy_testkit as support;
 use bothy_testkit::terminal as terminal_common;
 
 use std::os::unix::fs::PermissionsExt;

@@ -41,8 +41,12 @@ pub struct TestDb {
 
 #[derive(Debug)]
 enum Guard {
-    Sqlite { _dir: tempfile::TempDir },
-    Postgres { _database: DropDatabase },
+    Sqlite {
+        _dir: tempfile::TempDir,
+    },
+    Postgres {
+        _database: DropDatabase,
+    },
     /// A handle of [`TestDb::share`]: the owner drops the database.
     Shared,
 }

@@ -28,8 +28,8 @@ use tokio_tungstenite::tungstenite::Message;
 use uuid::Uuid;
 
 use crate::server::TestServer;
-use crate::ws::{self, Ws};
 use crate::terminal::host_data::{Frame as WsFrame, next_frame};
+use crate::ws::{self, Ws};
 
 /// Nodes B and C and the edge.
 pub struct Cluster {
@@ -138,6 +138,7 @@ impl Drop for Cluster {
 /// A node as its own `bothy-server serve` process (the binary beside the
 /// test's, `<target>/<profile>/bothy-server`), on a free loopback port with
 /// A's token pepper and CA, so a test can kill it with SIGKILL (TM-T16).
+#[derive(Debug)]
 pub struct ServerProcess {
     /// Its port on 127.0.0.1.
     pub port: u16,
@@ -265,6 +266,7 @@ fn free_port() -> u16 {
 }
 
 /// Debian's nginx, started by the test.
+#[derive(Debug)]
 pub struct Edge {
     /// Its TLS port on 127.0.0.1.
     pub port: u16,
