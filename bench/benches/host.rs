@@ -38,20 +38,11 @@
 //!
 //! Every wait is bounded; a failure prints what failed and exits non-zero.
 
-#[path = "../../crates/host/tests/e2e_common/mod.rs"]
-mod e2e_common;
-#[path = "../../crates/server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../crates/server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "../../crates/server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../crates/server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "../../crates/host/tests/support/users.rs"]
-#[allow(dead_code)]
-mod users;
+use bothy_testkit as support;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::scenario as e2e_common;
+use bothy_testkit::terminal as terminal_common;
 
 use std::fs::{self, File};
 use std::io::{BufWriter, Read, Write};

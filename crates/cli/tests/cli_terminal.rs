@@ -5,21 +5,9 @@
 //! read from their app are computed from the enrolled secret on the server's
 //! manual clock (each code moves it one step).
 
-#[path = "../../server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "../../server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "../../host/tests/support/users.rs"]
-#[allow(dead_code)]
-mod users;
-
-#[path = "../../host/tests/e2e_common/mod.rs"]
-mod e2e_common;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::scenario as e2e_common;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -27,6 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bothy_server::db::Engine;
+use bothy_testkit::eventually;
 use e2e_common::{Options, Scenario};
 use nix::sys::wait::WaitStatus;
 use rexpect::session::PtySession;
@@ -915,14 +904,10 @@ impl Proxy {
 
     /// Waits (bounded) until a connection was refused.
     async fn wait_refused(&self) {
-        let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-        while self.refused.load(Ordering::SeqCst) == 0 {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "bothy never tried again"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        eventually("bothy to try again", e2e_common::WAIT, || {
+            std::future::ready((self.refused.load(Ordering::SeqCst) != 0).then_some(()))
+        })
+        .await;
     }
 }
 

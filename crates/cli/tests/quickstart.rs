@@ -21,11 +21,8 @@
 //!   server accept the next steps at once instead (an operator's key, 0..=10),
 //!   so nothing sleeps (docs/decisions.md D-310).
 
-#[path = "../../host/tests/support/machine.rs"]
-mod machine;
-#[path = "../../host/tests/support/users.rs"]
-#[allow(dead_code)]
-mod users;
+use bothy_testkit::machine;
+use bothy_testkit::users;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

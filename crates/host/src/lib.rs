@@ -36,6 +36,7 @@
 //! - [`confirm`]: the local confirmation (6.4): `confirm.sock`, the peer rule,
 //!   the protocol and `bothy-host confirm-agent`.
 //! - [`service`]: `bothy-host run`, the wiring of the above.
+//! - [`clock`]: the clock the service reads the time through (injected).
 //!
 //! `unsafe` lives only in `helper::pty` (clone3 into the session's cgroup,
 //! the privilege drop of `supervise`'s children) and `channel::peer`
@@ -45,6 +46,7 @@
 pub mod admin;
 pub mod channel;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod confirm;
 pub mod control;

@@ -8,6 +8,10 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+/// Whether this build has the seams (the feature `test-seams`): the test
+/// harnesses refuse to run without them instead of failing later.
+pub const ENABLED: bool = cfg!(feature = "test-seams");
+
 /// The path the variable `name` names, read through `env` — only in a build
 /// with the feature `test-seams`; always `None` otherwise.
 pub fn path_from(env: impl Fn(&str) -> Option<OsString>, name: &str) -> Option<PathBuf> {

@@ -24,6 +24,7 @@ use crate::EXIT_REFUSED_START;
 use crate::admin::endpoint::EndpointError;
 use crate::channel::link::{Channel, ChannelError, PeerExpectation};
 use crate::channel::{FromHelper, PtyStart, StartFailure, StartProgram, ToHelper};
+use crate::clock::{SharedClock, SystemClock};
 use crate::config::HostServiceConfig;
 use crate::confirm::endpoint::ConfirmHub;
 use crate::confirm::peer::PeerRule;
@@ -44,7 +45,11 @@ pub fn command(config_path: &Path) -> i32 {
     let Some(runtime) = start_runtime(tokio::runtime::Builder::new_multi_thread()) else {
         return 1;
     };
-    runtime.block_on(run(config.host_service, config_path.to_owned()))
+    runtime.block_on(run(
+        config.host_service,
+        config_path.to_owned(),
+        Arc::new(SystemClock),
+    ))
 }
 
 /// The runtime `builder` makes with every driver enabled; `None` (logged)
@@ -89,6 +94,8 @@ pub struct Host {
     pub control: Arc<ControlHandle>,
     /// The keys of purpose terminal from the last hello or heartbeat_ack.
     pub jwks: Mutex<Jwks>,
+    /// Where the service reads the time.
+    pub clock: SharedClock,
     config_path: PathBuf,
     doctor: tokio::sync::Mutex<Doctor>,
     helpers: Helpers,
@@ -112,7 +119,7 @@ impl std::fmt::Debug for Host {
     }
 }
 
-async fn run(config: HostServiceConfig, config_path: PathBuf) -> i32 {
+async fn run(config: HostServiceConfig, config_path: PathBuf, clock: SharedClock) -> i32 {
     let state = StateDir::new(&config.state_dir, None);
     let (keys, pairing) = match (state.load_keys(), state.load_pairing()) {
         (Ok(Some(keys)), Ok(Some(pairing))) => (keys, pairing),
@@ -170,6 +177,7 @@ async fn run(config: HostServiceConfig, config_path: PathBuf) -> i32 {
         sessions,
         control,
         jwks: Mutex::new(Jwks::default()),
+        clock,
         doctor: tokio::sync::Mutex::new(Doctor::new()),
         offer: Mutex::new(Offer::default()),
         declaration: Mutex::new(declaration),
@@ -585,7 +593,7 @@ impl CheckState for HostCheckState<'_> {
     fn remember_jti(&mut self, jti: Uuid, until_ms: i64) -> bool {
         self.host
             .sessions
-            .remember_jti(jti, until_ms, crate::data::now_ms())
+            .remember_jti(jti, until_ms, self.host.clock.now_ms())
     }
 
     fn live_pty(&self, session_id: Uuid) -> Option<LivePty> {

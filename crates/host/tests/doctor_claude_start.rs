@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod doctor_common;
+use bothy_testkit::doctor as doctor_common;
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;

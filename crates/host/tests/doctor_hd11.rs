@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod doctor_common;
+use bothy_testkit::doctor as doctor_common;
 
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod doctor_common;
+use bothy_testkit::doctor as doctor_common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

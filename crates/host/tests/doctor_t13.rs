@@ -7,9 +7,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/causes.rs"]
-mod causes;
-mod doctor_common;
+use bothy_testkit::causes;
+use bothy_testkit::doctor as doctor_common;
 
 use std::path::PathBuf;
 use std::time::Duration;

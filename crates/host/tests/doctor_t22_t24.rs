@@ -7,7 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod doctor_common;
+use bothy_testkit::doctor as doctor_common;
 
 use bothy_host::doctor::acl::{self, Acl, AclEntry, Tag};
 use bothy_host::doctor::wire::{CheckAnswer, RequestKind};

@@ -5,23 +5,10 @@
 //! added user's helper first (D-260, D-261). See `e2e_common` for the
 //! harness.
 
-#[path = "../../server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "support/output.rs"]
-#[allow(dead_code)]
-mod output;
-#[path = "../../server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "support/users.rs"]
-#[allow(dead_code)]
-mod users;
-
-mod e2e_common;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::output;
+use bothy_testkit::scenario as e2e_common;
+use bothy_testkit::users;
 
 use std::os::unix::fs::MetadataExt;
 use std::time::Duration;
@@ -29,6 +16,7 @@ use std::time::Duration;
 use bothy_host::doctor::accounts::UserEntry;
 use bothy_host::manager;
 use bothy_server::db::Engine;
+use bothy_testkit::wait::try_eventually;
 use e2e_common::{Options, Scenario};
 use hosts_common::invited_person;
 use output::{refused, succeeded, text};
@@ -37,18 +25,16 @@ use users::{Accounts, processes_of};
 
 /// Waits (bounded) until the host reports exactly `names`.
 async fn wait_reported(scenario: &Scenario, names: &[String]) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let reported = reported_names(scenario).await;
-        if reported == names {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the host reports {reported:?}, never {names:?}; its log:\n{}",
+    let reached = try_eventually(Duration::from_secs(30), || async move {
+        (reported_names(scenario).await == names).then_some(())
+    })
+    .await;
+    if reached.is_none() {
+        panic!(
+            "the host reports {:?}, never {names:?}; its log:\n{}",
+            reported_names(scenario).await,
             scenario.log()
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

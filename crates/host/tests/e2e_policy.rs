@@ -6,20 +6,10 @@
 //! person and the console see: close codes, `close_reason`/`close_detail`,
 //! `reported_doctor`, audit and `host.updated`, exit 78.
 
-#[path = "../../server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "../../server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "support/users.rs"]
-#[allow(dead_code)]
-mod users;
-
-mod e2e_common;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::scenario as e2e_common;
+use bothy_testkit::users;
 
 use std::path::{Path, PathBuf};
 
@@ -903,8 +893,7 @@ async fn claude_profile_unknown(scenario: &Scenario, person: &Person, index: u32
     let refused = scenario
         .open_with_index(person, "claude", Some(index))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert_refusal(&refused, 403, "terminal_denied", "profile_unknown");
 }
 

@@ -2,20 +2,10 @@
 //! `bothy-host supervise` with real OS users, and a test device speaking the
 //! real protocol. See `e2e_common` for the harness.
 
-#[path = "../../server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "../../server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "support/users.rs"]
-#[allow(dead_code)]
-mod users;
-
-mod e2e_common;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::scenario as e2e_common;
+use bothy_testkit::terminal as terminal_common;
 
 use std::process::Command;
 
@@ -26,6 +16,7 @@ use bothy_noise::EphemeralKey;
 use bothy_proto::frame::{Frame, TerminalSize};
 use bothy_proto::jws::{Att, Ed25519SigningKey, TerminalSessionClaims, ephemeral_key_hash};
 use bothy_server::db::Engine;
+use bothy_testkit::eventually;
 use e2e_common::{DeviceSession, Options, Scenario, refused, revoked, start_background};
 use hosts_common::{Person, invited_person};
 use identity_common::post_empty;
@@ -143,13 +134,10 @@ async fn another_attach_replaces_the_paired_device_with_4103_and_the_session_is_
         .advance(std::time::Duration::from_secs(16 * 60));
     let relay = scenario.server.state.relay();
     let seen = relay.ticks();
-    tokio::time::timeout(e2e_common::WAIT, async {
-        while relay.ticks() < seen + 2 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
+    eventually("the relay to look at its clocks", e2e_common::WAIT, || {
+        std::future::ready((relay.ticks() >= seen + 2).then_some(()))
     })
-    .await
-    .expect("the relay looks at its clocks");
+    .await;
     second.output.clear();
     second.type_text("echo THR\"\"EE\n").await;
     second.expect_output("THREE").await;

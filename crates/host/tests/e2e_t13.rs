@@ -24,22 +24,10 @@
 //! The check-level counterpart with the passing side of every check is
 //! `doctor_t13`.
 
-#[path = "support/causes.rs"]
-mod causes;
-#[path = "../../server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "../../server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "support/users.rs"]
-#[allow(dead_code)]
-mod users;
-
-mod e2e_common;
+use bothy_testkit::causes;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::scenario as e2e_common;
+use bothy_testkit::users;
 
 use std::any::Any;
 use std::os::unix::fs::PermissionsExt;

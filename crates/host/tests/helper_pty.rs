@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod helper_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::helper as helper_common;
 
 use std::path::PathBuf;
 

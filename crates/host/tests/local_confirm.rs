@@ -7,20 +7,8 @@
 //! run side by side), are the test seams of the feature `test-seams` (D-200,
 //! D-203, D-205).
 
-#[path = "../../server/tests/hosts_common/mod.rs"]
-mod hosts_common;
-#[path = "../../server/tests/identity_common/mod.rs"]
-mod identity_common;
-#[path = "../../server/tests/support/mod.rs"]
-#[allow(unused_macros, unused_imports)]
-mod support;
-#[path = "../../server/tests/terminal_common/mod.rs"]
-mod terminal_common;
-#[path = "support/users.rs"]
-#[allow(dead_code)]
-mod users;
-
-mod e2e_common;
+use bothy_testkit::scenario as e2e_common;
+use bothy_testkit::users;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};

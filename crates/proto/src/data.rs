@@ -164,7 +164,7 @@ impl ServerMessage {
     /// Decodes one text frame of at most `max_len` bytes.
     pub fn decode(bytes: &[u8], max_len: usize) -> Result<Self, MessageError> {
         let value = json::parse(bytes, max_len)?;
-        let (op, d) = control::envelope(&value)?;
+        let (op, d) = crate::envelope::envelope(&value)?;
         match op {
             "hello" => Ok(Self::Hello(Hello::decode(d)?)),
             other => Err(refuse_op(other, HOST_OPS)),
@@ -183,7 +183,7 @@ impl ServerMessage {
         let d = match self {
             Self::Hello(m) => m.to_value(),
         };
-        control::envelope_json(self.op(), d)
+        crate::envelope::envelope_json(self.op(), d)
     }
 }
 
@@ -198,7 +198,7 @@ impl HostMessage {
     /// Decodes one text frame of at most `max_len` bytes.
     pub fn decode(bytes: &[u8], max_len: usize) -> Result<Self, MessageError> {
         let value = json::parse(bytes, max_len)?;
-        let (op, d) = control::envelope(&value)?;
+        let (op, d) = crate::envelope::envelope(&value)?;
         match op {
             "identify" => Ok(Self::Identify(Identify::decode(d)?)),
             other => Err(refuse_op(other, SERVER_OPS)),
@@ -217,7 +217,7 @@ impl HostMessage {
         let d = match self {
             Self::Identify(m) => m.to_value(),
         };
-        control::envelope_json(self.op(), d)
+        crate::envelope::envelope_json(self.op(), d)
     }
 }
 

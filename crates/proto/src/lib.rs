@@ -4,6 +4,8 @@
 //!
 //! # Layout
 //! - [`b64`]: strict base64url without padding (5.3, 3.2).
+//! - [`clock`]: the clock as a value handed in ([`clock::Clock`]) and a manual
+//!   clock for tests; nothing here reads the system's time.
 //! - [`ids`]: UUIDv7 generation and strict UUID text parsing (RFC 9562).
 //! - [`json`]: strict JSON decoding: size limit, UTF-8, no duplicate, unknown or
 //!   null member, typed member access with JSON pointers (3.5, 5.3).
@@ -28,10 +30,12 @@
 #![forbid(unsafe_code)]
 
 pub mod b64;
+pub mod clock;
 pub mod codes;
 pub mod control;
 pub mod data;
 pub mod doctor;
+mod envelope;
 pub mod fingerprint;
 pub mod frame;
 #[doc(hidden)]

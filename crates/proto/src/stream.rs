@@ -21,7 +21,7 @@ use std::fmt;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::control::{self, MessageError};
+use crate::control::MessageError;
 use crate::json::{self, Member};
 
 /// The path of the device stream of a session:
@@ -111,7 +111,10 @@ impl Ready {
     /// `d` as a JSON value.
     pub fn to_value(&self) -> Value {
         let mut map = Map::new();
-        map.insert("session_id".into(), control::uuid_value(&self.session_id));
+        map.insert(
+            "session_id".into(),
+            crate::envelope::uuid_value(&self.session_id),
+        );
         Value::Object(map)
     }
 }
@@ -127,7 +130,7 @@ impl DeviceMessage {
     /// Decodes one text frame of at most `max_len` bytes.
     pub fn decode(bytes: &[u8], max_len: usize) -> Result<Self, MessageError> {
         let value = json::parse(bytes, max_len)?;
-        let (op, d) = control::envelope(&value)?;
+        let (op, d) = crate::envelope::envelope(&value)?;
         match op {
             "identify" => Ok(Self::Identify(Identify::decode(d)?)),
             "ready" => Err(MessageError::WrongDirection),
@@ -147,7 +150,7 @@ impl DeviceMessage {
         let d = match self {
             Self::Identify(m) => m.to_value(),
         };
-        control::envelope_json(self.op(), d)
+        crate::envelope::envelope_json(self.op(), d)
     }
 }
 
@@ -162,7 +165,7 @@ impl ServerMessage {
     /// Decodes one text frame of at most `max_len` bytes.
     pub fn decode(bytes: &[u8], max_len: usize) -> Result<Self, MessageError> {
         let value = json::parse(bytes, max_len)?;
-        let (op, d) = control::envelope(&value)?;
+        let (op, d) = crate::envelope::envelope(&value)?;
         match op {
             "ready" => Ok(Self::Ready(Ready::decode(d)?)),
             "identify" => Err(MessageError::WrongDirection),
@@ -182,7 +185,7 @@ impl ServerMessage {
         let d = match self {
             Self::Ready(m) => m.to_value(),
         };
-        control::envelope_json(self.op(), d)
+        crate::envelope::envelope_json(self.op(), d)
     }
 }
 

@@ -71,15 +71,6 @@ pub enum StartError {
     /// Serving failed.
     #[error("serving failed: {0}")]
     Serve(#[source] std::io::Error),
-    /// `cluster.mode: multi` is set, but the signals between nodes of
-    /// section 9 are not built: a second node would silently lose openings,
-    /// presence and the duplicate check of 3.4 (docs/decisions.md D-321).
-    #[error(
-        "config_invalid: cluster.mode: multi is not supported yet (several nodes need the \
-         signals of section 9, which this build does not have); run one node with \
-         cluster.mode: single (PostgreSQL works with one node too)"
-    )]
-    ClusterMultiNotBuilt,
     /// `server.tls: off` on an address other than loopback, without the
     /// operator's acknowledgement (docs/decisions.md D-354).
     #[error(
@@ -121,9 +112,6 @@ impl App {
     /// token pepper (mode 0600) and the TLS material, and starts the event log
     /// tail on the server's shutdown signal.
     pub async fn open(config: Config, clock: SharedClock) -> Result<App, StartError> {
-        if config.cluster.mode == ClusterMode::Multi {
-            return Err(StartError::ClusterMultiNotBuilt);
-        }
         check_plain_http(&config)?;
         crate::rlimit::raise_open_files();
         let Store { db, pepper } = Store::open(&config).await?;

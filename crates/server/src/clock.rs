@@ -1,22 +1,11 @@
 //! The clock, injected everywhere time decides something (expiry, TOTP, rate
 //! limits, the sweep), so that tests move time instead of sleeping (STYLE 10).
+//! The trait and the manual clock are `bothy_proto::clock`, shared with the
+//! host service; the operating system's clock is this binary's.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Milliseconds since the Unix epoch, the one time representation in the
-/// database and on the wire (docs/decisions.md D-13).
-pub type UnixMillis = i64;
-
-/// Where the server reads the time.
-pub trait Clock: Send + Sync + std::fmt::Debug + 'static {
-    /// Now, in milliseconds since the Unix epoch.
-    fn now_ms(&self) -> UnixMillis;
-}
-
-/// A shared clock.
-pub type SharedClock = Arc<dyn Clock>;
+pub use bothy_proto::clock::{Clock, ManualClock, SharedClock, UnixMillis, millis};
 
 /// The operating system's clock.
 #[derive(Debug, Default, Clone, Copy)]
@@ -30,56 +19,9 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to; for tests of expiry and limits.
-#[derive(Debug)]
-pub struct ManualClock {
-    now: AtomicI64,
-}
-
-impl ManualClock {
-    /// A clock standing at `now`.
-    pub fn new(now: UnixMillis) -> Arc<Self> {
-        Arc::new(ManualClock {
-            now: AtomicI64::new(now),
-        })
-    }
-
-    /// Moves the clock forward.
-    pub fn advance(&self, by: Duration) {
-        let by = i64::try_from(by.as_millis()).unwrap_or(i64::MAX);
-        self.now.fetch_add(by, Ordering::SeqCst);
-    }
-
-    /// Sets the clock.
-    pub fn set(&self, now: UnixMillis) {
-        self.now.store(now, Ordering::SeqCst);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> UnixMillis {
-        self.now.load(Ordering::SeqCst)
-    }
-}
-
-/// A duration in milliseconds, saturating (configuration values are durations).
-pub fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn manual_clock_moves_only_when_told() {
-        let clock = ManualClock::new(1_000);
-        assert_eq!(clock.now_ms(), 1_000);
-        clock.advance(Duration::from_secs(2));
-        assert_eq!(clock.now_ms(), 3_000);
-        clock.set(5);
-        assert_eq!(clock.now_ms(), 5);
-    }
 
     #[test]
     fn system_clock_is_after_2025() {

@@ -5,8 +5,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-#[allow(unused_macros, unused_imports)]
-mod support;
+use bothy_testkit as support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@
 // idiom here as in every `#[test]`.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use bothy_testkit as support;
 
 use bothy_proto::codes::{CloseDetail, CloseReason};
 use bothy_proto::fingerprint::key_fingerprint;

@@ -6,7 +6,7 @@
 // idiom here as in every `#[test]`.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use bothy_testkit as support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 // idiom here as in every `#[test]`.
 #![allow(clippy::unwrap_used)]
 
-mod support;
+use bothy_testkit as support;
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -17,6 +17,7 @@ use bothy_server::events::{
     self, Audience, Delivery, DurableEvent, EVENTS_LOCK_KEY, EphemeralEvent, EphemeralKind,
     EventKind, EventPosition, EventsError, LogTail, StoredEvent, Subscription, TailConfig,
 };
+use bothy_testkit::eventually;
 use serde_json::{Map, Value, json};
 use support::{TestDb, both_engines};
 use tokio::sync::watch;
@@ -303,13 +304,11 @@ async fn a_lagging_subscriber_rereads_from_the_table(engine: Engine) {
     assert_eq!(next_durable(&mut subscription).await.position, first[0]);
     let positions = commit_each(&t.db, 30).await;
     // Let the tail hand them all out (and overflow the buffer).
-    tokio::time::timeout(WAIT, async {
-        while tail.tail.position() < positions[29] {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let last = positions[29];
+    eventually("the tail to hand out every commit", WAIT, || {
+        std::future::ready((tail.tail.position() >= last).then_some(()))
     })
-    .await
-    .unwrap();
+    .await;
     let mut seen = Vec::new();
     for _ in 0..30 {
         seen.push(next_durable(&mut subscription).await.position);

@@ -19,10 +19,10 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod hosts_common;
-mod identity_common;
-mod support;
-mod terminal_common;
+use bothy_testkit as support;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::terminal as terminal_common;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -31,6 +31,8 @@ use std::time::Duration;
 use bothy_proto::codes::CloseReason;
 use bothy_server::clock::Clock;
 use bothy_server::db::{self, Engine};
+use bothy_testkit::eventually;
+use bothy_testkit::wait::try_eventually;
 use hosts_common::{Person, active_host, owner_person};
 use identity_common::*;
 use serde_json::json;
@@ -162,13 +164,13 @@ async fn writes_fail_with_503_and_recover_without_restart(engine: Engine) {
         assert_eq!(reply.body["code"], "unavailable");
     }
     // The readiness answer of the last second may be reused: wait for the next.
-    tokio::time::timeout(WAIT, async {
-        while status_of(&server, "/readyz").await != 503 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    })
-    .await
-    .expect("not ready while the database cannot write");
+    let running = &server;
+    eventually(
+        "not ready while the database cannot write",
+        WAIT,
+        || async move { (status_of(running, "/readyz").await == 503).then_some(()) },
+    )
+    .await;
     assert_eq!(status_of(&server, "/healthz").await, 200);
     let logged = logs_text();
     let cause = match engine {
@@ -183,13 +185,15 @@ async fn writes_fail_with_503_and_recover_without_restart(engine: Engine) {
     );
 
     fault.writable().await;
-    tokio::time::timeout(WAIT, async {
-        while status_of(&server, "/readyz").await != 200 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+    let ready = try_eventually(WAIT, || async move {
+        (status_of(running, "/readyz").await == 200).then_some(())
     })
-    .await
-    .unwrap_or_else(|_| panic!("ready again without a restart:\n{}", logs_text()));
+    .await;
+    assert!(
+        ready.is_some(),
+        "ready again without a restart:\n{}",
+        logs_text()
+    );
     for n in 100..130 {
         let reply = create_token(&server, &session.token, n).await;
         assert_eq!(

@@ -17,9 +17,10 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod hosts_common;
-mod identity_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::assert_problem;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
 
 use bothy_server::clock::Clock;
 use bothy_server::db::Engine;
@@ -140,11 +141,6 @@ async fn put_llm_with(
     .await
 }
 
-fn assert_problem(reply: &Reply, status: u16, code: &str) {
-    assert_eq!(reply.status, status, "{:?}", reply.body);
-    assert_eq!(reply.body["code"], code, "{:?}", reply.body);
-}
-
 fn assert_finding(reply: &Reply, pointer: &str, code: &str) {
     assert_problem(reply, 400, "validation_failed");
     let errors = reply.body["errors"].as_array().expect("errors[]");
@@ -183,13 +179,6 @@ async fn scalar_i64(server: &TestServer, sql: &str, bind: &str) -> i64 {
 
 async fn host_version(server: &TestServer, host_id: &str) -> i64 {
     scalar_i64(server, "SELECT version FROM hosts WHERE id = $1", host_id).await
-}
-
-async fn permission_version(server: &TestServer) -> i64 {
-    sqlx::query_scalar::<_, i64>("SELECT version FROM permission_version WHERE id = 1")
-        .fetch_one(server.state.db().pool())
-        .await
-        .unwrap()
 }
 
 /// Every `host.updated` payload of this host.

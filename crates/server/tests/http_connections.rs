@@ -12,12 +12,13 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod support;
+use bothy_testkit as support;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use bothy_server::db::Engine;
+use bothy_testkit::eventually;
 use support::both_engines;
 use support::server::TestServer;
 use support::ws::{WAIT, raw_tls};
@@ -212,16 +213,11 @@ async fn connections_per_address_are_capped(engine: Engine) {
     let mut closing = open.pop().unwrap();
     closing.shutdown().await.unwrap();
     drop(closing);
-    let mut again = tokio::time::timeout(WAIT, async {
-        loop {
-            if let Ok(conn) = raw_tls(&server, LOCALHOST, &["http/1.1"]).await {
-                return conn;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+    let running = &server;
+    let mut again = eventually("a connection again after one closed", WAIT, || async move {
+        raw_tls(running, LOCALHOST, &["http/1.1"]).await.ok()
     })
-    .await
-    .expect("a connection again after one closed");
+    .await;
     again.write_all(HEALTHZ).await.unwrap();
     assert!(read_response(&mut again).await.starts_with("HTTP/1.1 200"));
     server.stop().await;

@@ -5,7 +5,7 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod support;
+use bothy_testkit as support;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use bothy_server::db::Engine;

@@ -5,43 +5,13 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod support;
+use bothy_testkit as support;
 
 use bothy_server::db::Engine;
 use support::both_engines;
 use support::server::TestServer;
 
 const PROBLEM_JSON: &str = "application/problem+json";
-
-/// Issue 18: until the signals of section 9 exist, `cluster.mode: multi` is
-/// refused at start with a config error that names the key, before anything
-/// is created or connected (the database URL points nowhere reachable).
-#[tokio::test]
-async fn cluster_mode_multi_is_refused_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        "server: {{data_dir: '{}', tls: off, listen: '127.0.0.1:0'}}\n\
-         database: {{url: 'postgres://bothy@127.0.0.1:1/none'}}\n\
-         cluster: {{mode: multi}}\n",
-        dir.path().join("data").display()
-    );
-    let config = bothy_server::config::Config::from_yaml_str(&yaml).unwrap();
-    let clock: bothy_server::clock::SharedClock =
-        std::sync::Arc::new(bothy_server::clock::SystemClock);
-    let error = bothy_server::app::App::open(config, clock)
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(error, bothy_server::app::StartError::ClusterMultiNotBuilt),
-        "{error}"
-    );
-    let text = error.to_string();
-    assert!(
-        text.contains("cluster.mode") && text.contains("single"),
-        "{text}"
-    );
-    assert!(!dir.path().join("data").exists(), "nothing was created");
-}
 
 /// Issue 15 (item 17): `server.tls: off` beyond a loopback address is refused
 /// at start with the reason, before anything is created or connected, unless

@@ -7,8 +7,8 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod identity_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::identity as identity_common;
 
 use bothy_server::db::Engine;
 use identity_common::owner;

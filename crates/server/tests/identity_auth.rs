@@ -10,8 +10,8 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod identity_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::identity as identity_common;
 
 use std::time::Duration;
 

@@ -8,8 +8,7 @@
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
 // Only the client that trusts the server's CA is used here.
-#[allow(unused_macros, unused_imports)]
-mod support;
+use bothy_testkit as support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output};

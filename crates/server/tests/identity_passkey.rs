@@ -5,21 +5,23 @@
 //! token, a console's TOTP step-up refused with `passkey_required`, a passkey
 //! step-up consumed once, login failures that all look alike, replayed and
 //! expired challenges, a CLI person adding a passkey after a TOTP step-up,
-//! logout, and a canary that no credential, cookie or CSRF value reaches the
-//! audit or the event log.
+//! logout, a CLI-enrolled person adding a first passkey with password and
+//! TOTP only (D-408) and its refusals, and a canary that no credential,
+//! cookie or CSRF value reaches the audit or the event log.
 //!
 //! Time moves only through the server's manual clock.
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod identity_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::identity as identity_common;
 
 use std::time::Duration;
 
 use bothy_server::clock::Clock;
 use bothy_server::db::Engine;
 use bothy_server::identity::IdentityError;
+use bothy_server::identity::admin::{self, PersonRef, RoleAuthority};
 use bothy_server::identity::step_up;
 use identity_common::*;
 use serde_json::{Value, json};
@@ -604,7 +606,321 @@ async fn cli_person_adds_passkey_after_totp_step_up(engine: Engine) {
     assert!(!text.contains(&session.token));
 }
 
+// ---------------------------------------------- a first passkey (D-408)
+
+async fn first_start(server: &TestServer, username: &str, password: &str, totp: &str) -> Reply {
+    post(
+        server,
+        "/api/v1/auth/passkeys/first/start",
+        None,
+        json!({"username": username, "password": password, "totp": totp}),
+    )
+    .await
+}
+
+async fn first_finish(
+    server: &TestServer,
+    username: &str,
+    password: &str,
+    challenge_id: &Value,
+    credential: &Value,
+) -> Reply {
+    post(
+        server,
+        "/api/v1/auth/passkeys/first/finish",
+        None,
+        json!({"username": username, "password": password, "challenge_id": challenge_id, "credential": credential}),
+    )
+    .await
+}
+
+async fn login_session_count(server: &TestServer) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM login_sessions")
+        .fetch_one(server.state.db().pool())
+        .await
+        .unwrap()
+}
+
+/// The `reason_code`s of the denied first-passkey entries, oldest first.
+async fn first_denials(server: &TestServer) -> Vec<String> {
+    audit_of(server, "auth.enroll", "deny")
+        .await
+        .into_iter()
+        .filter(|row| row.details["operation"] == "passkey_register_first")
+        .map(|row| row.details["reason_code"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// D-408: a person enrolled with the CLI (password and TOTP, no passkey)
+/// registers a first passkey with password and TOTP, which opens no login
+/// session; every wrong part is the same 401, audited with its reason; a used
+/// code, a disabled person, a challenge of another kind and a second passkey
+/// are refused; then the passkey logs in to the console.
+async fn first_passkey_with_password_and_totp(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let alice = owner(&server, "alice").await;
+    let session = alice.login(&server, 1).await;
+    let bob = invite(&server, &session.token, "bob", "member").await;
+    let sessions_before = login_session_count(&server).await;
+
+    // Wrong password, wrong code, unknown username: the same 401.
+    let wrong = first_start(
+        &server,
+        &alice.username,
+        "not the password at all",
+        &alice.fresh_code(&server),
+    )
+    .await;
+    assert_eq!(wrong.status, 401);
+    assert_eq!(wrong.body, unauthenticated_body());
+    let code = alice.fresh_code(&server);
+    let other = if code == "000000" { "000001" } else { "000000" };
+    let wrong = first_start(&server, &alice.username, &alice.password, other).await;
+    assert_eq!(wrong.body, unauthenticated_body());
+    let wrong = first_start(&server, "mallory", PASSWORD, &code).await;
+    assert_eq!(wrong.body, unauthenticated_body());
+
+    // The right three: a registration challenge, and the code's step is used.
+    let start = first_start(&server, &alice.username, &alice.password, &code).await;
+    assert_eq!(start.status, 200, "{:?}", start.body);
+    assert_eq!(
+        start.body["options"]["publicKey"]["authenticatorSelection"]["userVerification"],
+        "required"
+    );
+    let replayed = first_start(&server, &alice.username, &alice.password, &code).await;
+    assert_eq!(replayed.body, unauthenticated_body(), "a used code");
+
+    // The finish wants the password again; a wrong one spends the challenge.
+    let mut key = SoftPasskey::new(true);
+    let credential = register(&mut key, &start.body["options"]);
+    let wrong = first_finish(
+        &server,
+        &alice.username,
+        "not the password at all",
+        &start.body["challenge_id"],
+        &credential,
+    )
+    .await;
+    assert_eq!(wrong.body, unauthenticated_body());
+    let spent = first_finish(
+        &server,
+        &alice.username,
+        &alice.password,
+        &start.body["challenge_id"],
+        &credential,
+    )
+    .await;
+    assert_eq!(
+        spent.body,
+        unauthenticated_body(),
+        "the challenge was spent"
+    );
+
+    // A registration challenge of a logged-in session is not one of these.
+    let step_up = post(
+        &server,
+        "/api/v1/auth/step-up",
+        Some(&session.token),
+        json!({"method": "totp", "code": alice.fresh_code(&server)}),
+    )
+    .await;
+    assert_eq!(step_up.status, 200, "{:?}", step_up.body);
+    let logged_in = post(
+        &server,
+        "/api/v1/auth/passkeys/start",
+        Some(&session.token),
+        json!({"step_up_id": step_up.body["step_up_id"]}),
+    )
+    .await;
+    assert_eq!(logged_in.status, 200, "{:?}", logged_in.body);
+    let mut other_key = SoftPasskey::new(true);
+    let credential = register(&mut other_key, &logged_in.body["options"]);
+    let foreign = first_finish(
+        &server,
+        &alice.username,
+        &alice.password,
+        &logged_in.body["challenge_id"],
+        &credential,
+    )
+    .await;
+    assert_eq!(foreign.body, unauthenticated_body());
+
+    // A challenge of bob's is not alice's.
+    let bob_start = first_start(
+        &server,
+        &bob.username,
+        &bob.password,
+        &bob.fresh_code(&server),
+    )
+    .await;
+    assert_eq!(bob_start.status, 200, "{:?}", bob_start.body);
+    let credential = register(&mut other_key, &bob_start.body["options"]);
+    let crossed = first_finish(
+        &server,
+        &alice.username,
+        &alice.password,
+        &bob_start.body["challenge_id"],
+        &credential,
+    )
+    .await;
+    assert_eq!(crossed.body, unauthenticated_body());
+
+    // The whole way: no login session comes of it.
+    let start = first_start(
+        &server,
+        &alice.username,
+        &alice.password,
+        &alice.fresh_code(&server),
+    )
+    .await;
+    assert_eq!(start.status, 200, "{:?}", start.body);
+    let credential = register(&mut key, &start.body["options"]);
+    let finish = first_finish(
+        &server,
+        &alice.username,
+        &alice.password,
+        &start.body["challenge_id"],
+        &credential,
+    )
+    .await;
+    assert_eq!(finish.status, 200, "{:?}", finish.body);
+    assert!(finish.headers.get("set-cookie").is_none());
+    assert_eq!(
+        finish.body.as_object().unwrap().len(),
+        1,
+        "{:?}",
+        finish.body
+    );
+    assert_eq!(login_session_count(&server).await, sessions_before);
+    let allowed: Vec<_> = audit_of(&server, "auth.enroll", "allow")
+        .await
+        .into_iter()
+        .filter(|row| row.details["operation"] == "passkey_register_first")
+        .collect();
+    assert_eq!(allowed.len(), 1);
+    assert_eq!(
+        allowed[0].actor_id.as_deref(),
+        Some(alice.person_id.as_str())
+    );
+    assert_eq!(allowed[0].details["passkey_id"], finish.body["passkey_id"]);
+
+    // A second passkey this way: refused once the password and code are right.
+    let again = first_start(
+        &server,
+        &alice.username,
+        &alice.password,
+        &alice.fresh_code(&server),
+    )
+    .await;
+    assert_eq!(again.status, 409, "{:?}", again.body);
+    assert_eq!(again.body["code"], "conflict");
+    assert_eq!(again.body["reason"], "passkey_exists");
+    let wrong = first_start(
+        &server,
+        &alice.username,
+        "not the password at all",
+        &alice.fresh_code(&server),
+    )
+    .await;
+    assert_eq!(
+        wrong.status, 401,
+        "the conflict is said only to the right password and code"
+    );
+
+    // A disabled person: the same 401.
+    let state = &server.state;
+    admin::disable(
+        state.db(),
+        server.clock.now_ms(),
+        PersonRef::Username("bob"),
+        RoleAuthority::Operator,
+    )
+    .await
+    .unwrap();
+    let disabled = first_start(
+        &server,
+        &bob.username,
+        &bob.password,
+        &bob.fresh_code(&server),
+    )
+    .await;
+    assert_eq!(disabled.body, unauthenticated_body());
+
+    // The audit's order within one millisecond of the manual clock is not
+    // the order of the calls: compare the reasons as a multiset.
+    let mut denials = first_denials(&server).await;
+    denials.sort();
+    let mut expected = vec![
+        "wrong_password",
+        "wrong_totp",
+        "unknown_username",
+        "totp_replayed",
+        "wrong_password",
+        "challenge_invalid",
+        "challenge_invalid",
+        "challenge_invalid",
+        "passkey_exists",
+        "wrong_password",
+        "person_inactive",
+    ];
+    expected.sort_unstable();
+    assert_eq!(denials, expected);
+    // The passkey logs in to the console; the step-up stays passkey-only.
+    let console = console_login(&server, &alice, &mut key).await;
+    let totp = console_post(
+        &server,
+        "/api/v1/auth/step-up",
+        &console,
+        Some(&console.csrf),
+        Some(json!({"method": "totp", "code": alice.fresh_code(&server)})),
+    )
+    .await;
+    assert_eq!(totp.status, 401);
+    assert_eq!(totp.body["reason"], "passkey_required");
+
+    let text = audit_and_event_text(&server).await;
+    assert!(!text.contains(credential["id"].as_str().unwrap()));
+    assert!(!text.contains("not the password at all"));
+    assert!(!text.contains("mallory"));
+    server.stop().await;
+}
+
+/// The first-passkey calls share `rl.public_auth` with the logins: failures
+/// take tokens, an empty bucket is 429 before any check.
+async fn first_passkey_is_rate_limited(engine: Engine) {
+    let server = TestServer::start(engine).await;
+    let alice = owner(&server, "alice").await;
+    let code = alice.fresh_code(&server);
+    let mut failures = 0;
+    loop {
+        let reply = first_start(&server, &alice.username, "wrong wrong wrong", &code).await;
+        if reply.status == 429 {
+            assert_eq!(reply.body["code"], "rate_limited");
+            break;
+        }
+        assert_eq!(reply.status, 401);
+        failures += 1;
+        assert!(failures <= 10, "rl.public_auth holds ten tokens");
+    }
+    assert_eq!(failures, 10);
+    let right = first_start(&server, &alice.username, &alice.password, &code).await;
+    assert_eq!(right.status, 429, "before any check");
+    let finish = first_finish(
+        &server,
+        &alice.username,
+        &alice.password,
+        &json!("0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(finish.status, 429);
+    assert_eq!(first_denials(&server).await.len(), 10);
+    server.stop().await;
+}
+
 both_engines!(
+    first_passkey_with_password_and_totp,
+    first_passkey_is_rate_limited,
     console_login_csrf_step_up_logout,
     console_login_failures_look_alike,
     cli_person_adds_passkey_after_totp_step_up,

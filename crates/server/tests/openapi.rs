@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used)] // test bodies
 
-mod support;
+use bothy_testkit as support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -50,6 +50,8 @@ const PUBLIC_OPERATIONS: &[&str] = &[
     "finishPasskeyEnrollment",
     "startConsoleLogin",
     "finishConsoleLogin",
+    "startFirstPasskey",
+    "finishFirstPasskey",
 ];
 
 /// The host service's routes (DESIGN 3.4): pairing is public, the host's

@@ -19,9 +19,11 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod hosts_common;
-mod identity_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::assert_problem_reason;
+use bothy_testkit::assert_problem_reason as assert_reply;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
 
 use std::time::Duration;
 
@@ -267,23 +269,13 @@ async fn terminal(
     .map_err(|error| ApiError::from(error).body())
 }
 
+#[track_caller]
 fn assert_problem(result: Result<Authorized, Value>, status: u16, code: &str, reason: &str) {
     let body = match result {
         Ok(authorized) => panic!("allowed: {authorized:?}"),
         Err(body) => body,
     };
-    assert_eq!(body["status"], status, "{body}");
-    assert_eq!(body["code"], code, "{body}");
-    assert_eq!(body["reason"], reason, "{body}");
-}
-
-fn assert_reply(reply: &Reply, status: u16, code: &str, reason: Option<&str>) {
-    assert_eq!(reply.status, status, "{:?}", reply.body);
-    assert_eq!(reply.body["code"], code, "{:?}", reply.body);
-    match reason {
-        Some(reason) => assert_eq!(reply.body["reason"], reason, "{:?}", reply.body),
-        None => assert!(reply.body.get("reason").is_none(), "{:?}", reply.body),
-    }
+    assert_problem_reason(&body, status, code, Some(reason));
 }
 
 /// The deny entries of `action` with this `reason_code`.
@@ -293,13 +285,6 @@ async fn denials(server: &TestServer, action: &str, reason_code: &str) -> Vec<Au
         .into_iter()
         .filter(|row| row.details["reason_code"] == reason_code)
         .collect()
-}
-
-async fn permission_version(server: &TestServer) -> i64 {
-    let mut conn = server.state.db().pool().acquire().await.unwrap();
-    bothy_server::permissions::current_version(&mut conn)
-        .await
-        .unwrap()
 }
 
 /// Inserts a terminal session of `person` on the host as the terminal module

@@ -14,10 +14,10 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod hosts_common;
-mod identity_common;
-mod support;
-mod terminal_common;
+use bothy_testkit as support;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::terminal as terminal_common;
 
 use bothy_proto::codes::{CloseDetail, CloseReason};
 use bothy_proto::control::{
@@ -1396,15 +1396,6 @@ async fn not_an_upgrade_is_400(engine: Engine) {
     assert_eq!(reply.status(), 400);
     let body: Value = reply.json().await.unwrap();
     assert_eq!(body["errors"][0]["pointer"], "/headers/upgrade");
-}
-
-impl HostControl {
-    async fn heartbeat_send(&mut self) {
-        self.send(&HostMessage::Heartbeat(bothy_proto::control::Heartbeat {
-            active_sessions: 0,
-        }))
-        .await;
-    }
 }
 
 both_engines!(

@@ -13,8 +13,7 @@
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
 // Only the databases and the both_engines! macro are used here.
-#[allow(unused_imports)]
-mod support;
+use bothy_testkit as support;
 
 use std::collections::BTreeSet;
 use std::io::Write;

@@ -16,11 +16,11 @@
 //! of the way (`TestServer`'s default), so every end these tests see is the
 //! relay's own (docs/decisions.md D-88).
 
-mod console_common;
-mod hosts_common;
-mod identity_common;
-mod support;
-mod terminal_common;
+use bothy_testkit as support;
+use bothy_testkit::console as console_common;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::terminal as terminal_common;
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -36,6 +36,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use uuid::Uuid;
 
+use bothy_testkit::eventually;
 use console_common::{ORIGIN, add_passkey, console_login};
 use hosts_common::{
     ActiveHost, HostKeys, Person, active_host, etag_of, get_host, owner_person, send, step_up,
@@ -242,24 +243,19 @@ impl Fixture {
 /// Polls a condition of the server's memory (not a timer): every few
 /// milliseconds, with [`WAIT`] as the safety net.
 async fn wait_until(mut ready: impl FnMut() -> bool) {
-    tokio::time::timeout(WAIT, async {
-        while !ready() {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+    let ready = &mut ready;
+    eventually("the condition", WAIT, || {
+        std::future::ready(ready().then_some(()))
     })
-    .await
-    .expect("condition reached in time");
+    .await;
 }
 
 /// Polls the database until `ready` holds for the session's state.
 async fn wait_state(f: &Fixture, id: Uuid, want: &str) {
-    tokio::time::timeout(WAIT, async {
-        while f.state_of(id).await != want {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    eventually("the session's state", WAIT, || async move {
+        (f.state_of(id).await == want).then_some(())
     })
-    .await
-    .expect("state reached in time");
+    .await;
 }
 
 // ---- log capture (TM-T06) -----------------------------------------------------
@@ -520,17 +516,12 @@ async fn noise_through_the_relay(engine: Engine) {
     device.ws.close(None).await.expect("close");
     host.ws.close(None).await.expect("close");
     f.sides(id, false, false).await;
-    tokio::time::timeout(WAIT, async {
-        loop {
-            let (_, _, _, bytes_in, bytes_out, _) = f.row(id).await;
-            if bytes_in != 0 && bytes_out != 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let f = &f;
+    eventually("counters written", WAIT, || async move {
+        let (_, _, _, bytes_in, bytes_out, _) = f.row(id).await;
+        (bytes_in != 0 && bytes_out != 0).then_some(())
     })
-    .await
-    .expect("counters written");
+    .await;
     let (state, _, _, bytes_in, bytes_out, last_input_at) = f.row(id).await;
     assert_eq!(state, "opening");
     assert_eq!(bytes_in, device_bytes as i64);
@@ -1027,13 +1018,11 @@ async fn idle_end_without_the_host(engine: Engine) {
     f.server.clock.advance(Duration::from_secs(31 * 60));
     // idle_grace passed since the last write: the next look writes the
     // pending counters.
-    tokio::time::timeout(WAIT, async {
-        while f.row(id).await.3 != 40 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let f = &f;
+    eventually("counters written", WAIT, || async move {
+        (f.row(id).await.3 == 40).then_some(())
     })
-    .await
-    .expect("counters written");
+    .await;
     h.send(Message::binary(vec![7u8; 10])).await.expect("send");
     assert_eq!(next_binary(&mut d).await, vec![7u8; 10]);
     f.relay_looked().await;
@@ -1093,13 +1082,11 @@ async fn bytes_written_once_per_idle_grace(engine: Engine) {
     f.relay_looked().await;
     assert_eq!(f.row(id).await.3, 0, "not before idle_grace");
     f.server.clock.advance(Duration::from_secs(120));
-    tokio::time::timeout(WAIT, async {
-        while f.row(id).await.3 == 0 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let f = &f;
+    eventually("written", WAIT, || async move {
+        (f.row(id).await.3 != 0).then_some(())
     })
-    .await
-    .expect("written");
+    .await;
     assert_eq!(f.row(id).await.3, 100);
     // The release writes only what came since.
     d.send(Message::binary(vec![1u8; 5])).await.expect("send");
@@ -1107,13 +1094,11 @@ async fn bytes_written_once_per_idle_grace(engine: Engine) {
     d.close(None).await.expect("close");
     h.close(None).await.expect("close");
     f.sides(id, false, false).await;
-    tokio::time::timeout(WAIT, async {
-        while f.row(id).await.3 == 100 {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+    let f = &f;
+    eventually("written", WAIT, || async move {
+        (f.row(id).await.3 != 100).then_some(())
     })
-    .await
-    .expect("written");
+    .await;
     assert_eq!(f.row(id).await.3, 105, "never counted twice");
 }
 
@@ -1228,13 +1213,13 @@ async fn shutdown_writes_the_counters_before_the_pool_closes(engine: Engine) {
     while !matches!(next_frame(&mut h).await, Frame::Ended) {}
     // Either the server closes the pool with the write still waiting (the
     // fault), or it waits for the write, the one task still tracked.
-    tokio::time::timeout(WAIT, async {
-        while !pool.is_closed() && state.shutdown().tracked() == 0 {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the pool closed or the server waits for the relay");
+    let (pool, state) = (&pool, &state);
+    eventually(
+        "the pool closed or the server waits for the relay",
+        WAIT,
+        || async move { (pool.is_closed() || state.shutdown().tracked() != 0).then_some(()) },
+    )
+    .await;
     drop(held);
     let (test_db, _data_dir) = stopping.await.expect("server stops");
     let again = test_db.connect_again().await;

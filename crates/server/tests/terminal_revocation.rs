@@ -19,9 +19,9 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod hosts_common;
-mod identity_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
 
 use bothy_server::clock::Clock;
 use bothy_server::db::Engine;

@@ -23,10 +23,11 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod console_common;
-mod hosts_common;
-mod identity_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::assert_problem_reason as assert_problem;
+use bothy_testkit::console as console_common;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
 
 use std::time::Duration;
 
@@ -94,7 +95,7 @@ fn connect(server: &TestServer, host_id: &str) -> Link {
     let conn_id = Uuid::from_u128(0x5e55);
     let links = server.state.local_control_links();
     links.register(uuid(host_id), conn_id, tx);
-    links.mark_report_applied(uuid(host_id), conn_id);
+    links.mark_report_applied(uuid(host_id), conn_id, server.clock.now_ms());
     Link { rx }
 }
 
@@ -242,15 +243,6 @@ async fn opened(server: &TestServer, person: &Person, host_id: &str) -> String {
     let reply = open(server, person, host_id, "shell", None).await;
     assert_eq!(reply.status, 201, "open: {:?}", reply.body);
     reply.body["session_id"].as_str().unwrap().to_owned()
-}
-
-fn assert_problem(reply: &Reply, status: u16, code: &str, reason: Option<&str>) {
-    assert_eq!(reply.status, status, "{:?}", reply.body);
-    assert_eq!(reply.body["code"], code, "{:?}", reply.body);
-    match reason {
-        Some(reason) => assert_eq!(reply.body["reason"], reason, "{:?}", reply.body),
-        None => assert!(reply.body.get("reason").is_none(), "{:?}", reply.body),
-    }
 }
 
 async fn denials(server: &TestServer, action: &str, reason_code: &str) -> Vec<AuditRow> {

@@ -11,10 +11,10 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod hosts_common;
-mod identity_common;
-mod support;
-mod terminal_common;
+use bothy_testkit as support;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
+use bothy_testkit::terminal as terminal_common;
 
 use std::sync::Arc;
 use std::time::Duration;

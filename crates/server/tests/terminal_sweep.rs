@@ -21,15 +21,16 @@
 
 #![allow(clippy::unwrap_used)] // test bodies are plain fns called by the generated #[test]s
 
-mod hosts_common;
-mod identity_common;
-mod support;
+use bothy_testkit as support;
+use bothy_testkit::hosts as hosts_common;
+use bothy_testkit::identity as identity_common;
 
 use std::time::Duration;
 
 use bothy_server::clock::Clock;
 use bothy_server::db::Engine;
 use bothy_server::terminal::sweep::{self, Swept};
+use bothy_testkit::eventually;
 use hosts_common::*;
 use identity_common::{Session, audit_rows};
 use serde_json::{Value, json};
@@ -723,13 +724,13 @@ async fn the_job_runs_on_its_interval(engine: Engine) {
     let kept = insert(&f, &Spec::new(&f, &f.host_a, "opening", at - OPEN + 1)).await;
     f.server.clock.advance(Duration::from_millis(100));
     // Waiting for the job's commit (polling the row), not for time.
-    tokio::time::timeout(support::ws::WAIT, async {
-        while stored(&f.server, &due).await.0 != "closed" {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    })
-    .await
-    .expect("the job ended the due opening");
+    let (server, due_id) = (&f.server, &due);
+    eventually(
+        "the job to end the due opening",
+        support::ws::WAIT,
+        || async move { (stored(server, due_id).await.0 == "closed").then_some(()) },
+    )
+    .await;
     assert_ended(
         &f,
         &due,

@@ -2,14 +2,18 @@
 // /usr/bin/chromium, driven over CDP by playwright-core; no browser download),
 // against the real bothy-server and a real bothy-host under supervise with a
 // real session user. Run by crates/cli/tests/console_e2e.rs, which starts the
-// scene, gives this script an enrollment code on stdin and computes the TOTP
-// codes on the server's manual clock:
+// scene, computes the TOTP codes on the server's manual clock and changes the
+// scene when asked, in lines:
 //
-//   stdin  <- "TOTP <code>"          after this script printed "TOTP_SECRET <secret>"
-//   stdout -> "STEP <name>"          progress, "SCREENSHOTS <folder>", "OK" at the end
+//   stdout -> "TOTP_NOW?"             stdin <- "TOTP <code>" (the CLI-enrolled owner's code)
+//   stdout -> "TOTP_SECRET <secret>"  stdin <- "TOTP <code>" (the secret the enrollment page shows)
+//   stdout -> "REPAIR?" / "ASSIGN?" / "UNASSIGN?" / "NO_PASSKEY?" / "CODE?"
+//                                     stdin <- "REPAIRED" / "ASSIGNED" / "UNASSIGNED" / "GONE" / "CODE <code>"
+//   stdout -> "STEP <name>"           progress, "SCREENSHOTS <folder>", "OK" at the end
 //
 // Environment: E2E_PORT (the server's port on 127.0.0.1), E2E_CA (its CA),
-// E2E_CODE (the enrollment code), E2E_SESSION_USER, E2E_SCREENSHOTS.
+// E2E_OWNER and E2E_OWNER_PASSWORD (the owner, enrolled with the CLI: no
+// passkey), E2E_SESSION_USER, E2E_SCREENSHOTS.
 // The browser trusts the server's CA through an NSS database of its own
 // (certutil), and reaches it as https://localhost (the server's public_url,
 // the WebAuthn origin) through a TCP forwarder on 127.0.0.1:443.
@@ -74,60 +78,138 @@ let failed = false;
 try {
   const context = await browser.newContext({ viewport: { width: 1100, height: 700 } });
   const page = await context.newPage();
+  // Everything the page logs and every URL it asks for or shows: no secret
+  // may reach them (checked at the end).
+  const logged = [];
+  const urls = [];
   page.on("console", (m) => {
+    logged.push(m.text());
     if (/Content Security Policy|Refused to/i.test(m.text())) problems.push(`console ${m.type()}: ${m.text()}`);
   });
   page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("request", (r) => urls.push(r.url()));
+  page.on("framenavigated", (f) => urls.push(f.url()));
   const cdp = await context.newCDPSession(page);
   await cdp.send("WebAuthn.enable");
-  await cdp.send("WebAuthn.addVirtualAuthenticator", {
+  const { authenticatorId } = await cdp.send("WebAuthn.addVirtualAuthenticator", {
     options: { protocol: "ctap2", transport: "internal", hasResidentKey: true, hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true },
   });
 
+  // The network between the tab and the server, for the refusals of 13 and
+  // the bad input: "pass" relays; "record" keeps the tab's Noise message 1;
+  // "replay" sends that old message 1 instead of the new one (the host sees
+  // a used token: 4101); "flip" changes the last byte of message 1 (the host
+  // cannot decrypt it: 4104); "garble" changes a byte of the first transport
+  // message to the tab (it does not decrypt in the tab); "cut" closes the
+  // stream after message 1 (mid-handshake). The server and the host are real.
+  let tamper = "pass";
+  let recorded = null;
+  await page.routeWebSocket(/\/stream$/, (ws) => {
+    const mode = tamper;
+    const server = ws.connectToServer();
+    let fromTab = 0;
+    let toTab = 0;
+    ws.onMessage((message) => {
+      if (typeof message !== "string") {
+        fromTab += 1;
+        if (fromTab === 1) {
+          if (mode === "record") recorded = Buffer.from(message);
+          if (mode === "replay" && recorded !== null) message = recorded;
+          if (mode === "flip") {
+            message = Buffer.from(message);
+            message[message.length - 1] ^= 0x01;
+          }
+          if (mode === "cut") {
+            server.close();
+            ws.close({ code: 1000, reason: "" });
+            return;
+          }
+        }
+      }
+      server.send(message);
+    });
+    server.onMessage((message) => {
+      if (typeof message !== "string") {
+        toTab += 1;
+        if (mode === "garble" && toTab === 2) {
+          message = Buffer.from(message);
+          message[message.length - 1] ^= 0x01;
+        }
+      }
+      ws.send(message);
+    });
+  });
+
   step("csp header");
-  const response = await page.goto(`${base}/#/enroll`);
+  const response = await page.goto(`${base}/#/login`);
   const csp = response.headers()["content-security-policy"] ?? "";
   if (!csp.includes("script-src 'self'") || !csp.includes("frame-ancestors 'none'")) throw new Error(`CSP: ${csp}`);
 
-  step("enroll with passkey");
-  await page.fill("input[name=code]", env("E2E_CODE"));
-  await page.fill("input[name=password]", "a console password 2026");
-  await page.fill("input[name=password2]", "a console password 2026");
-  await page.click("#enroll button[type=submit]");
-  await page.waitForSelector("[data-totp-secret]", { timeout: 30000 });
-  const secret = (await page.textContent("[data-totp-secret]")).trim();
-  const answer = await ask(`TOTP_SECRET ${secret}`);
-  await page.fill("input[name=totp]", answer.replace(/^TOTP /, ""));
-  await page.click("#confirm button[type=submit]");
-  await page.waitForSelector("text=Enrolled.", { timeout: 30000 });
+  step("a person enrolled with the CLI adds a passkey with password and TOTP (D-408)");
+  const owner = env("E2E_OWNER");
+  const ownerPassword = env("E2E_OWNER_PASSWORD");
+  await page.click("#add-passkey");
+  await page.waitForSelector("#first-passkey", { timeout: 30000 });
+  await page.fill("#first-passkey input[name=username]", owner);
+  await page.fill("#first-passkey input[name=password]", "not the password at all");
+  await page.fill("#first-passkey input[name=totp]", "123456");
+  await page.click("#first-passkey button[type=submit]");
+  await page.waitForSelector("[role=alert]:has-text('is not right')", { timeout: 30000 });
+  const totpNow = async () => (await ask("TOTP_NOW?")).replace(/^TOTP /, "");
+  await page.fill("#first-passkey input[name=password]", ownerPassword);
+  await page.fill("#first-passkey input[name=totp]", await totpNow());
+  await page.click("#first-passkey button[type=submit]");
+  await page.waitForSelector("[data-notice='passkey-added']", { timeout: 30000 });
+  if ((await page.$("input[name=totp]")) !== null) throw new Error("the form stayed after the passkey was added");
+  await page.screenshot({ path: join(shots, "passkey-added.png") });
+  // No login came of it: the console still asks to log in.
+  await page.goto(`${base}/#/hosts`);
+  await page.waitForSelector("#login", { timeout: 30000 });
+  // A second passkey this way is refused.
+  await page.click("#add-passkey");
+  await page.fill("#first-passkey input[name=username]", owner);
+  await page.fill("#first-passkey input[name=password]", ownerPassword);
+  await page.fill("#first-passkey input[name=totp]", await totpNow());
+  await page.click("#first-passkey button[type=submit]");
+  await page.waitForSelector("[role=alert]:has-text('You have a passkey already')", { timeout: 30000 });
 
-  step("login");
+  step("login with password and the new passkey");
   await page.goto(`${base}/#/login`);
-  const username = await ask("USERNAME?");
-  await page.fill("input[name=username]", username.replace(/^USERNAME /, ""));
-  await page.fill("input[name=password]", "a console password 2026");
+  await page.fill("input[name=username]", owner);
+  await page.fill("input[name=password]", ownerPassword);
   await page.screenshot({ path: join(shots, "login.png") });
   await page.click("#login button[type=submit]");
   await page.waitForSelector("tr[data-host]", { timeout: 30000 });
   await page.screenshot({ path: join(shots, "hosts.png") });
 
   step("open a shell");
+  tamper = "record";
   await page.click("tr[data-host] button:text('Open')");
   await page.waitForSelector(".xterm-rows", { timeout: 30000 });
   // The rendered rows of the xterm buffer, one line each.
-  const screen = () =>
-    page.evaluate(() =>
+  const screenOf = (p) =>
+    p.evaluate(() =>
       Array.from(document.querySelectorAll(".xterm-rows > div"), (row) => (row.textContent ?? "").replace(/\u00a0/g, " ").trimEnd()).join("\n"),
     );
-  const waitFor = async (pattern, what) => {
+  const screen = () => screenOf(page);
+  const waitOn = async (p, pattern, what) => {
     const deadline = Date.now() + 30000;
     while (Date.now() < deadline) {
-      const text = await screen();
+      const text = await screenOf(p);
       const match = text.match(pattern);
       if (match) return match;
-      await page.waitForTimeout(100);
+      await p.waitForTimeout(100);
     }
-    throw new Error(`${what} did not appear; the screen: ${await screen()}`);
+    throw new Error(`${what} did not appear; the screen: ${await screenOf(p)}`);
+  };
+  const waitFor = (pattern, what) => waitOn(page, pattern, what);
+  // A closed stream: the sentence of section 13, and a terminal that takes no input.
+  const closedWith = async (code, words) => {
+    await page.waitForSelector(`[data-close='${code}']`, { timeout: 30000 });
+    const text = await page.textContent(`[data-close='${code}']`);
+    if (!text.includes(words)) throw new Error(`close ${code} shows: ${text}`);
+    await page.waitForSelector(".terminal-view[data-ended]", { timeout: 5000 });
+    return text;
   };
   await waitFor(/[$#] ?$/m, "the prompt");
   await page.click(".terminal-host");
@@ -136,6 +218,7 @@ try {
   await page.screenshot({ path: join(shots, "session-desktop.png") });
 
   step("reload reattaches with replay");
+  tamper = "pass";
   await page.reload();
   // A new passkey step-up (the console has no device key), then the attach
   // replays the session's recent output.
@@ -144,6 +227,17 @@ try {
   await page.click(".terminal-host");
   await page.keyboard.type("echo AGAIN-$((1+1))\n");
   await waitFor(/AGAIN-2/, "input after the reattach");
+
+  step("4101: an old message 1 (a used token) on the reattach");
+  tamper = "replay";
+  await page.reload();
+  await closedWith(4101, "The session token was not accepted");
+  tamper = "pass";
+  await page.click("button:text('Attach again')");
+  await waitFor(/AGAIN-2/, "the replay after attaching again");
+  await page.click(".terminal-host");
+  await page.keyboard.type("echo BACK-$((2+2))\n");
+  await waitFor(/BACK-4/, "input after attaching again");
 
   step("resize follows");
   let probe = 0;
@@ -168,6 +262,50 @@ try {
   step("exit 7");
   await page.keyboard.type("exit 7\n");
   await page.waitForSelector("[data-exit='7']", { timeout: 30000 });
+
+  step("4104: a changed message 1 is refused by the host");
+  const open = async () => {
+    await page.click("text=Back to the hosts");
+    await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+    await page.click("tr[data-host] button:text('Open')");
+  };
+  tamper = "flip";
+  await open();
+  await closedWith(4104, "This can mean that someone tampers with the connection");
+  if ((await page.$("button:text('Open again')")) !== null) throw new Error("4104 offers a retry");
+  await page.screenshot({ path: join(shots, "close-4104.png") });
+
+  step("a transport message that does not decrypt in the tab");
+  tamper = "garble";
+  await open();
+  await closedWith(4104, "tampers");
+
+  step("a stream closed mid-handshake");
+  tamper = "cut";
+  await open();
+  await page.waitForSelector("[data-close]", { timeout: 30000 });
+  await page.waitForSelector(".terminal-view[data-ended]", { timeout: 5000 });
+  const cut = await page.textContent("[data-close]");
+  if (!/closed|lost/.test(cut)) throw new Error(`mid-handshake: ${cut}`);
+  tamper = "pass";
+
+  step("malformed JSON answers");
+  await page.click("text=Back to the hosts");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  await page.route("**/api/v1/hosts", (route) => route.fulfill({ status: 200, contentType: "application/json", body: "{\"hosts\": [" }));
+  await page.click("button:text('Reload')");
+  await page.waitForSelector("[role=alert]:has-text('was not JSON')", { timeout: 30000 });
+  await page.unroute("**/api/v1/hosts");
+  await page.click("button:text('Reload')");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  await page.route("**/api/v1/hosts/*/terminal/sessions", (route) => route.fulfill({ status: 200, contentType: "application/json", body: "{\"session_id\": 5}" }));
+  const sockets = [];
+  page.on("websocket", (ws) => sockets.push(ws.url()));
+  await page.click("tr[data-host] button:text('Open')");
+  await page.waitForSelector("[role=alert]:has-text('The grant lacks')", { timeout: 30000 });
+  await page.waitForSelector(".terminal-view[data-ended]", { timeout: 5000 });
+  if (sockets.length !== 0) throw new Error(`a stream was opened after a malformed grant: ${sockets}`);
+  await page.unroute("**/api/v1/hosts/*/terminal/sessions");
 
   step("mobile layout and ctrl-c from the bar");
   await page.setViewportSize({ width: 390, height: 844 });
@@ -225,8 +363,83 @@ try {
   await page.keyboard.type("exit 0\n");
   await page.waitForSelector("[data-exit='0']", { timeout: 30000 });
 
-  step("logout deletes the pins database");
+  step("8.4: the foreign assignee warning comes before the step-up");
   await page.click("text=Back to the hosts");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  if ((await ask("ASSIGN?")) !== "ASSIGNED") throw new Error("assigning");
+  await page.click("button:text('Reload')");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  const stepUps = () => urls.filter((u) => u.endsWith("/api/v1/auth/step-up/passkey/start")).length;
+  const before = stepUps();
+  await page.click("tr[data-host] button:text('Open')");
+  await page.waitForSelector("[data-warning='foreign-assignee']", { timeout: 30000 });
+  await page.screenshot({ path: join(shots, "foreign-assignee.png") });
+  if (stepUps() !== before) throw new Error("a step-up started before the warning");
+  await page.click("[data-confirm='no']");
+  await page.waitForSelector("text=Not opened.", { timeout: 10000 });
+  if (stepUps() !== before) throw new Error("a step-up after the warning was declined");
+  await page.click("tr[data-host] button:text('Open')");
+  await page.click("[data-confirm='yes']");
+  await page.waitForSelector(".xterm-rows", { timeout: 30000 });
+  await waitFor(/[$#] ?$/m, "the prompt after the warning");
+  if (stepUps() !== before + 1) throw new Error("the open after the warning made no step-up");
+  await page.click(".terminal-host");
+  await page.keyboard.type("exit 0\n");
+  await page.waitForSelector("[data-exit='0']", { timeout: 30000 });
+  if ((await ask("UNASSIGN?")) !== "UNASSIGNED") throw new Error("unassigning");
+
+  step("4103: another device attaches; no secret in storage, log or URL while a session runs");
+  await open();
+  await page.waitForSelector(".xterm-rows", { timeout: 30000 });
+  await waitFor(/[$#] ?$/m, "the prompt");
+  const attached = JSON.parse(await page.evaluate(() => sessionStorage.getItem("bothy.console.attached"))).session_id;
+  const cookies = (await context.cookies()).map((c) => c.value);
+  const csrf = await page.evaluate(() => sessionStorage.getItem("bothy.console.csrf"));
+  const local = await page.evaluate(() => localStorage.length);
+  if (local !== 0) throw new Error("localStorage is used");
+  if (cookies.length === 0 || csrf === null) throw new Error("no login to check");
+  const secrets = [...cookies, csrf, "bothy_at_", "bothy_st_", "bothy_ec_"];
+  const other = await browser.newContext({ viewport: { width: 1100, height: 700 } });
+  const page2 = await other.newPage();
+  const cdp2 = await other.newCDPSession(page2);
+  await cdp2.send("WebAuthn.enable");
+  const secondKey = await cdp2.send("WebAuthn.addVirtualAuthenticator", {
+    options: { protocol: "ctap2", transport: "internal", hasResidentKey: true, hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true },
+  });
+  for (const credential of (await cdp.send("WebAuthn.getCredentials", { authenticatorId })).credentials) {
+    await cdp2.send("WebAuthn.addCredential", { authenticatorId: secondKey.authenticatorId, credential });
+  }
+  await page2.goto(`${base}/#/login`);
+  await page2.fill("input[name=username]", owner);
+  await page2.fill("input[name=password]", ownerPassword);
+  await page2.click("#login button[type=submit]");
+  await page2.waitForSelector(`li[data-session='${attached}']`, { timeout: 30000 });
+  await page2.click(`li[data-session='${attached}'] button:text('Attach')`);
+  await page2.waitForSelector(".xterm-rows", { timeout: 30000 });
+  await closedWith(4103, "taken over by another device");
+  await page.screenshot({ path: join(shots, "close-4103.png") });
+  await waitOn(page2, /[$#] ?$/m, "the prompt in the second browser");
+  await page2.click(".terminal-host");
+  await page2.keyboard.type("exit 0\n");
+  await page2.waitForSelector("[data-exit='0']", { timeout: 30000 });
+  await other.close();
+
+  step("a person without a passkey gets the notice, not a TOTP field");
+  if ((await ask("NO_PASSKEY?")) !== "GONE") throw new Error("removing the passkey");
+  await open();
+  await page.waitForSelector("[data-notice='no-passkey']", { timeout: 30000 });
+  if ((await page.$$("input")).length !== 0) throw new Error("the notice came with an input field");
+  if ((await page.$("input[name=totp], input[inputmode=numeric]")) !== null) throw new Error("a TOTP field");
+  await page.screenshot({ path: join(shots, "no-passkey.png") });
+
+  for (const text of [...logged, ...urls]) {
+    for (const secret of secrets) {
+      if (text.includes(secret)) throw new Error("a secret reached the console log or a URL");
+    }
+  }
+
+  step("logout deletes the pins database");
+  await page.click(".terminal-view header button:text-is('Hosts')");
   await page.waitForSelector("tr[data-host]", { timeout: 30000 });
   await page.click("button:text('Log out')");
   await page.waitForSelector("#login", { timeout: 30000 });
@@ -234,6 +447,27 @@ try {
   if (databases.includes("bothy.terminal.pins")) throw new Error(`pins kept after logout: ${databases}`);
   const stored = await page.evaluate(() => JSON.stringify({ local: { ...localStorage }, session: { ...sessionStorage } }));
   if (stored !== '{"local":{},"session":{}}') throw new Error(`storage after logout: ${stored}`);
+
+  step("enroll in the console with a new code: password, passkey, TOTP");
+  const code = (await ask("CODE?")).replace(/^CODE /, "");
+  await page.goto(`${base}/#/enroll`);
+  await page.fill("input[name=code]", code);
+  await page.fill("input[name=password]", "a console password 2026");
+  await page.fill("input[name=password2]", "a console password 2026");
+  await page.click("#enroll button[type=submit]");
+  await page.waitForSelector("[data-totp-secret]", { timeout: 30000 });
+  const secret = (await page.textContent("[data-totp-secret]")).trim();
+  const answer = await ask(`TOTP_SECRET ${secret}`);
+  await page.fill("input[name=totp]", answer.replace(/^TOTP /, ""));
+  await page.click("#confirm button[type=submit]");
+  await page.waitForSelector("text=Enrolled.", { timeout: 30000 });
+  await page.goto(`${base}/#/login`);
+  await page.fill("input[name=username]", owner);
+  await page.fill("input[name=password]", "a console password 2026");
+  await page.click("#login button[type=submit]");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  await page.click("button:text('Log out')");
+  await page.waitForSelector("#login", { timeout: 30000 });
 
   if (problems.length > 0) throw new Error(problems.join("\n"));
   console.log("OK");

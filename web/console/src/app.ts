@@ -35,6 +35,10 @@ async function route(): Promise<void> {
     enrollPage();
     return;
   }
+  if (hash.startsWith("#/passkey")) {
+    firstPasskeyPage();
+    return;
+  }
   const me = await whoami();
   if (me === null) {
     loginPage();
@@ -93,7 +97,9 @@ function loginPage(): void {
     h(
       "p",
       { class: "muted" },
-      "Enrolled with the bothy command-line client and no passkey yet? The console takes passkeys only: ask an owner for a new enrollment code (bothy-server admin reset-second-factor) and enroll here, which registers a passkey and a new TOTP secret.",
+      "Enrolled with the bothy command-line client and no passkey yet? ",
+      h("a", { href: "#/passkey", id: "add-passkey" }, "Add a passkey with your password and TOTP code"),
+      "; the console's login and step-up take passkeys only.",
     ),
   );
   if (!passkeysSupported()) {
@@ -131,6 +137,77 @@ export async function logout(): Promise<void> {
   sessionStorage.clear();
   await deletePins();
   navigate("#/login");
+}
+
+/**
+ * D-408: a person enrolled with the CLI registers a first passkey. Password
+ * and TOTP code here only authorize the registration: no login session comes
+ * of it, and the console's login and step-up still take the passkey only.
+ */
+function firstPasskeyPage(): void {
+  const username = h("input", { name: "username", autocomplete: "username", required: true, spellcheck: "false" });
+  const password = h("input", { name: "password", type: "password", autocomplete: "current-password", required: true });
+  const totp = h("input", { name: "totp", inputmode: "numeric", autocomplete: "one-time-code", pattern: "[0-9]{6}", required: true });
+  const status = h("div");
+  const form = h(
+    "form",
+    {
+      id: "first-passkey",
+      onsubmit: (event: Event) => {
+        event.preventDefault();
+        void addFirstPasskey(username.value.trim(), password.value, totp.value.trim(), form, status);
+      },
+    },
+    h("label", {}, "Username", username),
+    h("label", {}, "Password", password),
+    h("label", {}, "Your authenticator app's current code", totp),
+    h("button", { type: "submit" }, "Create a passkey"),
+  );
+  show(
+    h("h1", {}, "Add a passkey"),
+    h(
+      "p",
+      {},
+      "For a person enrolled with the bothy command-line client. Your password and TOTP code only allow registering a passkey here; they do not log you in. Then log in to the console with your password and the new passkey.",
+    ),
+    form,
+    status,
+    h("p", {}, h("a", { href: "#/login" }, "Back to the login")),
+  );
+  if (!passkeysSupported()) {
+    status.replaceChildren(h("p", { class: "notice" }, "This browser offers no passkeys (WebAuthn); the console needs one."));
+  }
+}
+
+async function addFirstPasskey(username: string, password: string, totp: string, form: HTMLElement, status: HTMLElement): Promise<void> {
+  try {
+    status.replaceChildren(progress("Checking your password and code…"));
+    const start = asObject(await request("POST", "/api/v1/auth/passkeys/first/start", { username, password, totp }), "passkey challenge");
+    const challenge = expectStrings(start, ["challenge_id"] as const, "passkey challenge");
+    status.replaceChildren(progress("Create your passkey when the browser asks…"));
+    const credential = await createPasskey(start.options);
+    status.replaceChildren(progress("Registering the passkey…"));
+    expectStrings(
+      await request("POST", "/api/v1/auth/passkeys/first/finish", { username, password, challenge_id: challenge.challenge_id, credential }),
+      ["passkey_id"] as const,
+      "passkey registration",
+    );
+    form.replaceChildren();
+    status.replaceChildren(
+      h("p", { class: "notice", "data-notice": "passkey-added" }, "Your passkey is registered. Log in with your password and the passkey."),
+      h("a", { href: "#/login" }, "Log in"),
+    );
+  } catch (error) {
+    if (error instanceof ApiError && error.code === "unauthenticated") {
+      status.replaceChildren(h("p", { class: "error", role: "alert" }, "The username, the password or the code is not right, or the code was used already: wait for the next code."));
+      return;
+    }
+    if (error instanceof ApiError && error.code === "conflict" && error.reason === "passkey_exists") {
+      status.replaceChildren(h("p", { class: "error", role: "alert" }, "You have a passkey already: log in with it. Another one cannot be added with password and code."));
+      return;
+    }
+    status.replaceChildren(errorBox(error));
+  }
 }
 
 function enrollPage(): void {

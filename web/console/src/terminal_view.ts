@@ -85,7 +85,7 @@ async function passkeyStepUp(status: HTMLElement): Promise<string | null> {
         h(
           "p",
           { class: "notice", "data-notice": "no-passkey" },
-          "You have no passkey, and the console's step-up takes a passkey only (no TOTP code here). Use the bothy command-line client, or ask an owner for a new enrollment code and enroll here with a passkey.",
+          "You have no passkey, and the console's step-up takes a passkey only (no TOTP code here). Use the bothy command-line client, or add a passkey (log out, then \"Add a passkey\" on the login page).",
         ),
       );
       return null;
@@ -321,8 +321,15 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
     connection?.closeSession();
   });
 
-  const ended = (end: StreamEnd, exitCode: number | null) => {
+  // After an end the terminal stays readable but takes no input: no
+  // half-working terminal (a new attempt enables it again).
+  const stop = () => {
     connection = null;
+    term.options.disableStdin = true;
+    view.setAttribute("data-ended", "");
+  };
+  const ended = (end: StreamEnd, exitCode: number | null, duringHandshake = false) => {
+    stop();
     if (leaving) return;
     if (exitCode !== null && end.code === 4100 && end.reason === "process_exited") {
       sessionStorage.removeItem(ATTACHED_KEY);
@@ -337,7 +344,11 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
     if (reaction(end) !== "replaced" && reaction(end) !== "host_unavailable") {
       sessionStorage.removeItem(ATTACHED_KEY);
     }
-    const box = h("p", { class: reaction(end) === "hard_warning" ? "hard-warning" : "notice", "data-close": String(end.code) }, sentence(end));
+    const text =
+      duringHandshake && reaction(end) === "other"
+        ? `The connection closed before the handshake with the host finished (code ${end.code}). Nothing runs in this tab; open or attach again.`
+        : sentence(end);
+    const box = h("p", { class: reaction(end) === "hard_warning" ? "hard-warning" : "notice", "data-close": String(end.code) }, text);
     const buttons = h("div", { class: "row" });
     if (what === "open_again" && "profile" in initial) {
       buttons.append(h("button", { onclick: () => void attempt(initial, false, REATTACH_TRIES) }, "Open again"));
@@ -355,7 +366,10 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
     }
     try {
       const granted = await grantAndConnect(host, target, offered, pinChanged, term.cols, term.rows, status);
-      if (granted === null) return;
+      if (granted === null) {
+        stop();
+        return;
+      }
       sessionId = granted.grant.session_id;
       sessionStorage.setItem(ATTACHED_KEY, JSON.stringify({ session_id: sessionId, host_id: host.id }));
       connection = await TerminalConnection.connect(granted.grant, host.id, granted.ephemeral, term.cols, term.rows, {
@@ -372,6 +386,8 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
         exit: () => {},
         end: ended,
       });
+      term.options.disableStdin = false;
+      view.removeAttribute("data-ended");
       // The first successful open pins the key; a confirmed change re-pins it.
       await storePin(offered);
       status.replaceChildren();
@@ -382,9 +398,10 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
           await new Promise((r) => setTimeout(r, 1000 * tryNumber));
           return attempt(target, false, tryNumber + 1);
         }
-        ended(error.end, null);
+        ended(error.end, null, true);
         return;
       }
+      stop();
       status.replaceChildren(h("p", { class: "error", role: "alert" }, explain(error)), h("button", { onclick: () => leave() }, "Back to the hosts"));
     }
   };

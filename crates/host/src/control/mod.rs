@@ -35,7 +35,6 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsClos
 
 use self::backoff::{Backoff, retry_after};
 use crate::EXIT_REFUSED_START;
-use crate::data::now_ms;
 use crate::service::Host;
 use crate::sessions::Reporter;
 
@@ -343,7 +342,7 @@ async fn login(
         proof: HostAuthClaims {
             challenge: hello.challenge,
             host_id: host.host_id,
-            iat: now_ms().div_euclid(1000),
+            iat: host.clock.now_ms().div_euclid(1000),
         }
         .sign(&host.keys.auth),
         host_version: crate::HOST_VERSION.to_owned(),
@@ -394,7 +393,7 @@ async fn handle(host: &Arc<Host>, message: ServerMessage) {
     match message {
         ServerMessage::SessionOpen(open) => {
             let host = Arc::clone(host);
-            let received = now_ms();
+            let received = host.clock.now_ms();
             tokio::spawn(crate::data::run(host, open, received));
         }
         ServerMessage::SessionClose(close) => {

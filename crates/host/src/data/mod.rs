@@ -129,7 +129,7 @@ impl Link {
         let proof = HostAuthClaims {
             challenge: hello.challenge,
             host_id: self.host.host_id,
-            iat: now_ms().div_euclid(1000),
+            iat: self.host.clock.now_ms().div_euclid(1000),
         }
         .sign(&self.host.keys.auth);
         let identify = data::HostMessage::Identify(Identify {
@@ -144,7 +144,8 @@ impl Link {
             return;
         }
         // Message 1.
-        let message1_deadline = deadline_at(self.expires_at_ms) + MESSAGE1_GRACE;
+        let message1_deadline =
+            deadline_at(self.host.clock.now_ms(), self.expires_at_ms) + MESSAGE1_GRACE;
         let message1 = match self.next(&mut rx, message1_deadline).await {
             Incoming::Binary(bytes) => bytes,
             Incoming::Replaced => {
@@ -221,7 +222,7 @@ impl Link {
 
     /// The hello of this connection (the only text the server sends).
     async fn read_hello(&mut self, rx: &mut WsRx) -> Option<Hello> {
-        let deadline = deadline_at(self.expires_at_ms) + MESSAGE1_GRACE;
+        let deadline = deadline_at(self.host.clock.now_ms(), self.expires_at_ms) + MESSAGE1_GRACE;
         loop {
             let next = tokio::time::timeout_at(deadline, rx.next()).await.ok()??;
             match next.ok()? {
@@ -283,7 +284,7 @@ impl Link {
             session_id: self.session_id,
             jwks: &hello.jwks,
             leeway_ms: u64::try_from(hello.clock_leeway_ms).unwrap_or(0),
-            now_ms: now_ms(),
+            now_ms: self.host.clock.now_ms(),
             is_server_host: self.host.is_server_host(),
         };
         let mut state = self.host.check_state();
@@ -294,7 +295,7 @@ impl Link {
     /// `expires_at`. `Err(None)`: nothing came in time; `Err(Some(_))`: how
     /// the server side ended; `Ok(Err(()))`: a fault of the stream.
     async fn start(&mut self, stream: &mut Stream) -> StartOutcome {
-        let deadline = deadline_at(self.expires_at_ms);
+        let deadline = deadline_at(self.host.clock.now_ms(), self.expires_at_ms);
         match self.next(&mut stream.rx, deadline).await {
             Incoming::Binary(bytes) => match stream.decrypt(&bytes) {
                 Some(plain) => match Frame::decode(&plain, Direction::DeviceToHost) {
@@ -740,19 +741,31 @@ async fn close(tx: &mut WsTx, code: u16, reason: &str) {
     let _ = tx.flush().await;
 }
 
-/// Now in Unix milliseconds (the host's clock; 5.3 checks exp against it).
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// The tokio instant of a Unix millisecond time (past times are now).
-fn deadline_at(unix_ms: i64) -> Instant {
-    let remaining = u64::try_from(unix_ms.saturating_sub(now_ms())).unwrap_or(0);
+/// The tokio instant of the Unix millisecond time `unix_ms` when the host's
+/// clock reads `now_ms` (past times are now).
+fn deadline_at(now_ms: i64, unix_ms: i64) -> Instant {
+    let remaining = u64::try_from(unix_ms.saturating_sub(now_ms)).unwrap_or(0);
     Instant::now() + Duration::from_millis(remaining)
 }
 
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(365 * 24 * 3600)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_count_from_the_injected_clock_not_the_system_time() {
+        // The host's clock reads 1 s after the epoch; the opening expires a
+        // minute later: the deadline is a minute from now, whatever the
+        // system's time.
+        let before = Instant::now();
+        let at = deadline_at(1_000, 61_000);
+        assert!(at >= before + Duration::from_secs(60));
+        assert!(at <= Instant::now() + Duration::from_secs(60));
+        // A time the clock has passed is now.
+        assert!(deadline_at(61_000, 1_000) <= Instant::now());
+    }
 }

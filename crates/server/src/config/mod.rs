@@ -35,7 +35,7 @@
 //! | `database.url` | absent: `sqlite://<data_dir>/bothy.sqlite` | DESIGN §3; `sqlite://`, `postgres://`, `postgresql://` |
 //! | `database.tx_retry_max` | 3 | 6.3; 0..=100 |
 //! | `database.listen_reconnect_backoff_cap` | 30s | 9 |
-//! | `cluster.mode` | `single` | 9; `multi` needs a PostgreSQL `database.url`, and `serve` refuses it until the signals of section 9 are built (D-321) |
+//! | `cluster.mode` | `single` | 9; `multi` needs a PostgreSQL `database.url`, the same token pepper on every node and an edge that hashes both stream paths by session (deploy/README.md, D-507–D-513) |
 //! | `auth.clock_leeway` | 30s | 3.5, 5.3; 0s allowed |
 //! | `auth.token_pepper_file` | absent: `<data_dir>/token_pepper` | 3.2 (`auth.token_pepper_ref`) |
 //! | `auth.login_session_ttl` | 12h | DESIGN §3.1 |

@@ -326,6 +326,9 @@ pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
     line
 }
 
+/// See [`Retirement::retire_opening`].
+const OPENING_MARGIN_MS: u64 = 5_000;
+
 /// Which pooled connections are to be closed instead of used again: those
 /// opened before the last [`Retirement::retire_now`] (module docs).
 #[derive(Debug)]
@@ -353,6 +356,20 @@ impl Retirement {
         // (the one that found the fault) goes too.
         self.before_ms
             .fetch_max(self.now_ms().saturating_add(1), Ordering::SeqCst);
+    }
+
+    /// [`Retirement::retire_now`] from inside `after_connect`, for the
+    /// connection being opened as well: sqlx starts a connection's age only
+    /// once that callback has returned, which on a loaded machine can be
+    /// later than the millisecond of `retire_now`. Connections opened in the
+    /// next [`OPENING_MARGIN_MS`] go too; for a writable one that costs one
+    /// reconnect, while a read-only one that escaped would fail every write
+    /// for its life.
+    fn retire_opening(&self) {
+        self.before_ms.fetch_max(
+            self.now_ms().saturating_add(OPENING_MARGIN_MS),
+            Ordering::SeqCst,
+        );
     }
 
     fn is_retired(&self, meta: &PoolConnectionMetadata) -> bool {
@@ -519,7 +536,7 @@ impl Db {
                                     "a new PostgreSQL session is read-only; it is closed after \
                                      its first use"
                                 );
-                                retirement.retire_now();
+                                retirement.retire_opening();
                             }
                         }
                     }

@@ -158,6 +158,9 @@ code_enum! {
         OwnerExists => "owner_exists",
         /// The change would leave no active owner (a role change).
         LastOwner => "last_owner",
+        /// The person has a passkey already: password and TOTP do not add
+        /// another (D-408).
+        PasskeyExists => "passkey_exists",
     }
 }
 

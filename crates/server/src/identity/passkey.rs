@@ -24,11 +24,16 @@ use webauthn_rs::prelude::{
     RegisterPublicKeyCredential, Url, Webauthn, WebauthnBuilder,
 };
 
+use super::login_sessions;
 use super::opaque::{OpaqueSecret, SecretKind};
+use super::password::Password;
 use super::principal::PersonPrincipal;
 use super::step_up::{self, CreatedStepUp, StepUpMethod, StepUpRefusal};
-use super::{AuthFailure, IdentityError, deny, enrollment};
-use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
+use super::totp::{self, TotpCode};
+use super::{AuthFailure, ConflictReason, IdentityError, PersonStatus, deny, enrollment};
+use crate::audit::{
+    Actor, AuditAction, AuditCode, AuditDetails, AuditEntry, TargetKind, code_enum,
+};
 use crate::clock::UnixMillis;
 use crate::config::Config;
 use crate::db::{self, Db, DbError, UnitOfWork};
@@ -59,6 +64,9 @@ code_enum! {
         EnrollPasskey => "passkey_register_enroll",
         /// A passkey added by a logged-in person.
         AddPasskey => "passkey_register",
+        /// The first passkey of a person, authorized by password and TOTP
+        /// without a login session (D-408).
+        FirstPasskey => "passkey_register_first",
     }
 }
 
@@ -674,6 +682,162 @@ pub async fn register_finish(
             IdentityError::Unauthenticated(failure),
         )
         .await),
+    }
+}
+
+fn first_denied(target: Option<Uuid>, reason: impl AuditCode) -> AuditEntry {
+    // Not authenticated yet: the actor is unknown (system), the target the
+    // account tried, if it exists; no username, no password, no code.
+    let entry = AuditEntry::deny(AuditAction::AuthEnroll, Actor::System).details(
+        AuditDetails::new()
+            .code("operation", PasskeyOperation::FirstPasskey)
+            .code("reason_code", reason),
+    );
+    match target {
+        Some(person) => entry.target(TargetKind::Person, person),
+        None => entry,
+    }
+}
+
+/// The first factor of [`first_start`] and [`first_finish`]: the active,
+/// enrolled person of `username` whose password this is, or the audit's reason.
+async fn first_person(
+    db: &Db,
+    username: &str,
+    password: Option<&Password>,
+) -> Result<(Option<Uuid>, Result<super::persons::Person, AuthFailure>), IdentityError> {
+    let (person, password_ok) = login_sessions::check_password(db, username, password).await?;
+    let target = person.as_ref().map(|person| person.id);
+    let checked = match person {
+        None => Err(AuthFailure::UnknownUsername),
+        Some(person) if person.status != PersonStatus::Active => Err(AuthFailure::PersonInactive),
+        Some(person) if !person.enrolled => Err(AuthFailure::NotEnrolled),
+        Some(_) if !password_ok => Err(AuthFailure::WrongPassword),
+        Some(person) => Ok(person),
+    };
+    Ok((target, checked))
+}
+
+/// `POST /api/v1/auth/passkeys/first/start {username, password, totp}`: a
+/// person enrolled without a passkey (the CLI's enrollment) authorizes the
+/// registration of their first passkey with password and TOTP (D-408). This
+/// opens no login session; the TOTP code's time step is used up. A person who
+/// has a passkey already is refused (`409 conflict`, `passkey_exists`).
+pub async fn first_start(
+    db: &Db,
+    pepper: &Pepper,
+    config: &Config,
+    now: UnixMillis,
+    username: &str,
+    password: Option<&Password>,
+    code: Option<&TotpCode>,
+) -> Result<Started, IdentityError> {
+    let (target, checked) = first_person(db, username, password).await?;
+    let mut uow = db.begin(now).await?;
+    let person = match checked {
+        Ok(person) => person,
+        Err(failure) => {
+            let error = IdentityError::Unauthenticated(failure);
+            return Err(deny(uow, first_denied(target, failure), error).await);
+        }
+    };
+    if let Err(failure) =
+        totp::verify_person_code(&mut uow, pepper, &config.auth, person.id, code).await?
+    {
+        let error = IdentityError::Unauthenticated(failure);
+        return Err(deny(uow, first_denied(target, failure), error).await);
+    }
+    if !person_passkeys(&mut uow, person.id).await?.is_empty() {
+        let reason = ConflictReason::PasskeyExists;
+        let error = IdentityError::Conflict(reason);
+        return Err(deny(uow, first_denied(target, reason), error).await);
+    }
+    let binding = Binding {
+        person_id: Some(person.id),
+        enrollment_code_id: None,
+        login_session_id: None,
+    };
+    let started = start_registration(
+        &mut uow,
+        config,
+        now,
+        person.id,
+        person.username.as_str(),
+        ChallengePurpose::Register,
+        binding,
+    )
+    .await?;
+    uow.commit().await?;
+    Ok(started)
+}
+
+/// `POST /api/v1/auth/passkeys/first/finish {username, password, challenge_id,
+/// credential}`: the password again (the challenge ID alone is no credential),
+/// a challenge of [`first_start`] for this person, still no passkey, and a
+/// valid attestation. Opens no login session either.
+pub async fn first_finish(
+    db: &Db,
+    config: &Config,
+    now: UnixMillis,
+    username: &str,
+    password: Option<&Password>,
+    challenge_id: Uuid,
+    credential: &Value,
+) -> Result<Uuid, IdentityError> {
+    let (target, checked) = first_person(db, username, password).await?;
+    let mut uow = db.begin(now).await?;
+    // Used up whatever comes next: a challenge is good for one try.
+    let taken = take_challenge(&mut uow, challenge_id, ChallengePurpose::Register, now).await?;
+    let person = match checked {
+        Ok(person) => person,
+        Err(failure) => {
+            let error = IdentityError::Unauthenticated(failure);
+            return Err(deny(uow, first_denied(target, failure), error).await);
+        }
+    };
+    // A challenge of `first_start` is bound to the person and to no login
+    // session; one of `register_start` (bound to a login session) is not one.
+    let Some(taken) = taken.filter(|taken| {
+        taken.person_id == Some(person.id)
+            && taken.login_session_id.is_none()
+            && taken.enrollment_code_id.is_none()
+    }) else {
+        let failure = AuthFailure::ChallengeInvalid;
+        let error = IdentityError::Unauthenticated(failure);
+        return Err(deny(uow, first_denied(target, failure), error).await);
+    };
+    if !person_passkeys(&mut uow, person.id).await?.is_empty() {
+        let reason = ConflictReason::PasskeyExists;
+        let error = IdentityError::Conflict(reason);
+        return Err(deny(uow, first_denied(target, reason), error).await);
+    }
+    match finish_registration(
+        &mut uow,
+        config,
+        now,
+        person.id,
+        taken.state.as_deref(),
+        credential,
+    )
+    .await?
+    {
+        Ok(passkey_id) => {
+            uow.audit(
+                AuditEntry::allow(AuditAction::AuthEnroll, Actor::Person(person.id))
+                    .target(TargetKind::Person, person.id)
+                    .details(
+                        AuditDetails::new()
+                            .code("operation", PasskeyOperation::FirstPasskey)
+                            .id("passkey_id", passkey_id),
+                    ),
+            );
+            uow.commit().await?;
+            Ok(passkey_id)
+        }
+        Err(failure) => {
+            let error = IdentityError::Unauthenticated(failure);
+            Err(deny(uow, first_denied(target, failure), error).await)
+        }
     }
 }
 

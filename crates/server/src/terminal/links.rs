@@ -65,6 +65,9 @@ pub trait ControlLinks: Send + Sync + fmt::Debug {
 struct Link {
     conn_id: Uuid,
     report_applied: bool,
+    /// When its first report was applied (and it was first announced), on
+    /// the server's clock: the start of its probation (3.4).
+    applied_at: Option<i64>,
     sender: mpsc::Sender<ControlSignal>,
 }
 
@@ -125,6 +128,7 @@ impl LocalControlLinks {
                 Link {
                     conn_id,
                     report_applied: false,
+                    applied_at: None,
                     sender,
                 },
             )
@@ -132,8 +136,10 @@ impl LocalControlLinks {
     }
 
     /// Marks the connection's first report as applied: from now on the host
-    /// counts as connected and may receive `session.open`.
-    pub fn mark_report_applied(&self, host_id: Uuid, conn_id: Uuid) {
+    /// counts as connected and may receive `session.open` (with several
+    /// nodes after its probation, counted from `now`, the time of its first
+    /// announcement).
+    pub fn mark_report_applied(&self, host_id: Uuid, conn_id: Uuid, now: i64) {
         let mut links = self
             .links
             .lock()
@@ -143,7 +149,21 @@ impl LocalControlLinks {
             .filter(|link| link.conn_id == conn_id)
         {
             link.report_applied = true;
+            link.applied_at.get_or_insert(now);
         }
+    }
+
+    /// The host's eligible connection and the time its first report was
+    /// applied (the start of its probation of 3.4), if it has one.
+    pub fn eligible(&self, host_id: Uuid) -> Option<(Uuid, i64)> {
+        let links = self
+            .links
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        links
+            .get(&host_id)
+            .filter(|link| link.report_applied && !link.sender.is_closed())
+            .and_then(|link| link.applied_at.map(|at| (link.conn_id, at)))
     }
 
     /// Removes the registration if it is still `conn_id`'s; returns whether it was.
@@ -260,7 +280,7 @@ mod tests {
         let (tx, mut rx) = mpsc::channel(4);
         assert_eq!(links.register(host, first, tx), None);
         assert!(!links.is_connected(host));
-        links.mark_report_applied(host, first);
+        links.mark_report_applied(host, first, 0);
         assert!(links.is_connected(host));
         links.send(host, ControlSignal::ReadyAgain).unwrap();
         assert_eq!(rx.try_recv().unwrap(), ControlSignal::ReadyAgain);
@@ -271,7 +291,7 @@ mod tests {
             !links.is_connected(host),
             "a new connection starts unreported"
         );
-        links.mark_report_applied(host, first);
+        links.mark_report_applied(host, first, 0);
         assert!(
             !links.is_connected(host),
             "the old connection's report does not count"

@@ -247,6 +247,50 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/api/v1/auth/passkeys/first/finish": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Finishes registering the first passkey of a person (public; D-408). Opens
+         *     no login session: log in to the console with the new passkey next.
+         */
+        post: operations["finishFirstPasskey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/auth/passkeys/first/start": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /**
+         * Starts registering the first passkey of a person enrolled without one (the
+         *     CLI's enrollment), authorized by password and TOTP (public; D-408).
+         * @description This opens no login session: password and TOTP here only allow the
+         *     registration, so a person whose account has no passkey can then log in to
+         *     the console, whose login and step-up take passkeys only. The TOTP code's
+         *     time step is used up. A person with a passkey already is refused.
+         */
+        post: operations["startFirstPasskey"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/api/v1/auth/passkeys/start": {
         parameters: {
             query?: never;
@@ -1632,6 +1676,38 @@ export interface components {
              */
             pointer: string;
         };
+        /** @description `POST /api/v1/auth/passkeys/first/finish` (doc-only; exactly these members). */
+        FirstPasskeyFinishRequest: {
+            /**
+             * Format: uuid
+             * @description The challenge of the start.
+             */
+            challenge_id: string;
+            /**
+             * @description The browser's `PublicKeyCredential` (attestation) as JSON, without `null`
+             *     members.
+             */
+            credential: Record<string, never>;
+            /**
+             * Format: password
+             * @description The password again.
+             */
+            password: string;
+            /** @description The username of the start. */
+            username: string;
+        };
+        /** @description `POST /api/v1/auth/passkeys/first/start` (doc-only; exactly these members). */
+        FirstPasskeyStartRequest: {
+            /**
+             * Format: password
+             * @description The password.
+             */
+            password: string;
+            /** @description The current TOTP code (its time step is used up). */
+            totp: string;
+            /** @description The username. */
+            username: string;
+        };
         /** @description A grant (doc-only; `permissions::grants::Grant::to_json`). */
         Grant: {
             /**
@@ -1743,20 +1819,129 @@ export interface components {
             /** @enum {string} */
             status: "ok" | "ready";
         };
+        /**
+         * @description A host as a reader sees it (doc-only; `hosts::Host::to_json` with
+         *     `session_users[]`, and `connected` in the reads of this node). Members
+         *     without a value are left out, never `null`.
+         */
+        Host: {
+            /**
+             * Format: uuid
+             * @description The person the host is assigned to (8.4).
+             */
+            assigned_user_id?: string | null;
+            /**
+             * @description Whether the host's control connection is up on this node (reads
+             *     only; not part of the version).
+             */
+            connected?: boolean | null;
+            /**
+             * Format: int64
+             * @description Created (Unix ms).
+             */
+            created_at: number;
+            /**
+             * Format: uuid
+             * @description The holder of personal LLM credentials.
+             */
+            credential_holder_id?: string | null;
+            /** @description What the confirming owner declared (server host or not). */
+            declared_server_host?: boolean | null;
+            /**
+             * Format: int64
+             * @description When it was disabled (Unix ms).
+             */
+            disabled_at?: number | null;
+            /** @description For `disabled`: `owner` or `duplicate_connection`. */
+            disabled_reason?: string | null;
+            /**
+             * Format: uuid
+             * @description The host's ID.
+             */
+            id: string;
+            /** @description Whether the host counts as a server host. */
+            is_server_host: boolean;
+            /** @description Its fingerprint (5.1), once paired. */
+            key_fingerprint?: string | null;
+            /**
+             * Format: int64
+             * @description The key generation: raised by every pairing.
+             */
+            key_generation: number;
+            /**
+             * Format: int64
+             * @description When the host was last seen (Unix ms).
+             */
+            last_seen_at?: number | null;
+            /** @description `none`, `personal` or `organization` (7.2). */
+            llm_credentials: string;
+            /** @description Its name. */
+            name: string;
+            /** @description The host's Noise static public key (base64url), once paired. */
+            noise_public_key?: string | null;
+            /**
+             * Format: int64
+             * @description When the pairing code expires (Unix ms), while pairing.
+             */
+            pairing_expires_at?: number | null;
+            /** @description The host's last report: its doctor entries. */
+            reported_doctor?: Record<string, never>[] | null;
+            /** @description The host's last report: its version. */
+            reported_host_version?: string | null;
+            /** @description The host's last report: whether it is a server host. */
+            reported_is_server_host?: boolean | null;
+            /** @description The host's last report: its OS version. */
+            reported_os_version?: string | null;
+            /** @description The host's last report: its platform. */
+            reported_platform?: string | null;
+            /** @description The host's last report: its profiles `{name, display_name, kind}`. */
+            reported_profiles?: Record<string, never>[] | null;
+            /** @description The host's last report: `host_service.require_local_confirm`. */
+            reported_require_local_confirm?: boolean | null;
+            /** @description The host's last report: its session users `{name, workdirs[]}`. */
+            reported_session_users?: Record<string, never>[] | null;
+            /** @description The valid session-user assignments. */
+            session_users: components["schemas"]["HostSessionUser"][];
+            /**
+             * @description `pairing`, `confirming`, `active` (the only state that allows
+             *     sessions), `disabled` or `retired` (3.1).
+             */
+            state: string;
+            /**
+             * Format: int64
+             * @description Last changed (Unix ms).
+             */
+            updated_at: number;
+            /**
+             * Format: int64
+             * @description The host's version (the `ETag`).
+             */
+            version: number;
+        };
         /** @description `{hosts[]}` (doc-only). */
         HostList: {
             /** @description The hosts. */
-            hosts: Record<string, never>[];
+            hosts: components["schemas"]["Host"][];
         };
         /** @description `{host}` (doc-only). */
         HostReply: {
             /** @description The host as a reader sees it, with `session_users[]`. */
-            host: Record<string, never>;
+            host: components["schemas"]["Host"];
+        };
+        /** @description One session-user assignment of a host (doc-only). */
+        HostSessionUser: {
+            /** @description The session user's name on the host. */
+            os_user: string;
+            /**
+             * Format: uuid
+             * @description The person.
+             */
+            user_id: string;
         };
         /** @description A host with its pairing code (doc-only). */
         HostWithCode: {
             /** @description The host as a reader sees it. */
-            host: Record<string, never>;
+            host: components["schemas"]["Host"];
             /**
              * @description `bothy_hpc_<random>_<checksum>`: shown only in this answer.
              * @example bothy_hpc_00000000000000000000000000000000_3bj6nby
@@ -1880,7 +2065,7 @@ export interface components {
              * @description The host as a reader sees it, with `session_users[]` {`user_id`,
              *     `os_user`} (the valid assignments).
              */
-            host: Record<string, never>;
+            host: components["schemas"]["Host"];
         };
         /** @description `200` of `POST /api/v1/groups/{id}/members` (doc-only). */
         MemberAdded: {
@@ -3337,6 +3522,202 @@ export interface operations {
             };
             /** @description `forbidden` reason `subject_kind_not_allowed` (an agent or app, audited) or `csrf_token_invalid`. */
             403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `payload_too_large`: the body is over 16 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not `application/json`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `rate_limited`: the client address's `rl.public_auth` bucket is empty (checked before anything else; only failed checks take a token). */
+            429: {
+                headers: {
+                    /** @description Seconds until a retry can succeed. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `internal`: an internal error; the cause is only in the server log. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unavailable`: the database is busy or not reachable. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    finishFirstPasskey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FirstPasskeyFinishRequest"];
+            };
+        };
+        responses: {
+            /** @description The passkey is registered. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeyRegistered"];
+                };
+            };
+            /** @description `validation_failed`: the body or a parameter breaks a rule; `errors[]` names each finding by pointer (`invalid_json`, `duplicate_member`, `null_not_allowed`, `unknown_member`, `required`, `wrong_type`, `invalid`, or the route's own codes). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unauthenticated`: any wrong part (username, password, the challenge: unknown, used, expired or not of `startFirstPasskey` for this person, the attestation; audited; the challenge is spent either way). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `conflict` reason `passkey_exists`: a passkey was registered for the person since the start (audited). */
+            409: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `payload_too_large`: the body is over 16 KiB. */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unsupported_media_type`: the body is not `application/json`. */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `rate_limited`: the client address's `rl.public_auth` bucket is empty (checked before anything else; only failed checks take a token). */
+            429: {
+                headers: {
+                    /** @description Seconds until a retry can succeed. */
+                    "Retry-After"?: number;
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `internal`: an internal error; the cause is only in the server log. */
+            500: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unavailable`: the database is busy or not reachable. */
+            503: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    startFirstPasskey: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["FirstPasskeyStartRequest"];
+            };
+        };
+        responses: {
+            /** @description A registration challenge (5 minutes, single use). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PasskeyChallenge"];
+                };
+            };
+            /** @description `validation_failed`: the body or a parameter breaks a rule; `errors[]` names each finding by pointer (`invalid_json`, `duplicate_member`, `null_not_allowed`, `unknown_member`, `required`, `wrong_type`, `invalid`, or the route's own codes). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `unauthenticated`: any wrong part (username, password, TOTP code or a code already used, a disabled or not enrolled person; audited; always the same body). */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description `conflict` reason `passkey_exists`: the password and the code are right, but the person has a passkey already; log in to the console with it (audited). */
+            409: {
                 headers: {
                     [name: string]: unknown;
                 };
@@ -4882,7 +5263,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": Record<string, never>;
+                    "application/json": components["schemas"]["Host"];
                 };
             };
             /** @description `unauthenticated`: no credential, or one that is malformed, unknown, expired, ended or revoked (always the same body). */

@@ -395,6 +395,6 @@ fn llm_values() -> SchemaObject {
 pub struct ManagedHostReply {
     /// The host as a reader sees it, with `session_users[]` {`user_id`,
     /// `os_user`} (the valid assignments).
-    #[schema(value_type = Object)]
+    #[schema(value_type = super::hosts::Host)]
     pub host: Value,
 }

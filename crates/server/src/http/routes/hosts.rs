@@ -547,7 +547,7 @@ fn with_connected(state: &AppState, host: &hosts::Host, json: &mut Value) {
     params(("host_id" = String, Path, format = "uuid", description = "The host's ID.")),
     security(("bearer" = []), ("console_cookie" = [])),
     responses(
-        (status = 200, description = "The host.", body = Object,
+        (status = 200, description = "The host.", body = Host,
             headers(("ETag" = String, description = "The host's version."))),
         Unauthenticated,
         NotFound,
@@ -618,7 +618,7 @@ pub struct IssuePairingCodeRequest {
 #[derive(Debug, ToSchema)]
 pub struct HostWithCode {
     /// The host as a reader sees it.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Host)]
     pub host: Value,
     /// `bothy_hpc_<random>_<checksum>`: shown only in this answer.
     #[schema(example = "bothy_hpc_00000000000000000000000000000000_3bj6nby")]
@@ -709,7 +709,7 @@ fn llm_values() -> SchemaObject {
 #[derive(Debug, ToSchema)]
 pub struct HostReply {
     /// The host as a reader sees it, with `session_users[]`.
-    #[schema(value_type = Object)]
+    #[schema(value_type = Host)]
     pub host: Value,
 }
 
@@ -717,6 +717,87 @@ pub struct HostReply {
 #[derive(Debug, ToSchema)]
 pub struct HostList {
     /// The hosts.
-    #[schema(value_type = Vec<Object>)]
+    #[schema(value_type = Vec<Host>)]
     pub hosts: Vec<Value>,
+}
+
+/// A host as a reader sees it (doc-only; `hosts::Host::to_json` with
+/// `session_users[]`, and `connected` in the reads of this node). Members
+/// without a value are left out, never `null`.
+#[derive(Debug, ToSchema)]
+pub struct Host {
+    /// The host's ID.
+    #[schema(format = "uuid")]
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// `pairing`, `confirming`, `active` (the only state that allows
+    /// sessions), `disabled` or `retired` (3.1).
+    pub state: String,
+    /// For `disabled`: `owner` or `duplicate_connection`.
+    pub disabled_reason: Option<String>,
+    /// When it was disabled (Unix ms).
+    pub disabled_at: Option<i64>,
+    /// The person the host is assigned to (8.4).
+    #[schema(format = "uuid")]
+    pub assigned_user_id: Option<String>,
+    /// The host's Noise static public key (base64url), once paired.
+    pub noise_public_key: Option<String>,
+    /// Its fingerprint (5.1), once paired.
+    pub key_fingerprint: Option<String>,
+    /// The key generation: raised by every pairing.
+    pub key_generation: i64,
+    /// When the pairing code expires (Unix ms), while pairing.
+    pub pairing_expires_at: Option<i64>,
+    /// `none`, `personal` or `organization` (7.2).
+    pub llm_credentials: String,
+    /// The holder of personal LLM credentials.
+    #[schema(format = "uuid")]
+    pub credential_holder_id: Option<String>,
+    /// What the confirming owner declared (server host or not).
+    pub declared_server_host: Option<bool>,
+    /// Whether the host counts as a server host.
+    pub is_server_host: bool,
+    /// The host's last report: its session users `{name, workdirs[]}`.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub reported_session_users: Option<Vec<Value>>,
+    /// The host's last report: its profiles `{name, display_name, kind}`.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub reported_profiles: Option<Vec<Value>>,
+    /// The host's last report: its doctor entries.
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub reported_doctor: Option<Vec<Value>>,
+    /// The host's last report: whether it is a server host.
+    pub reported_is_server_host: Option<bool>,
+    /// The host's last report: `host_service.require_local_confirm`.
+    pub reported_require_local_confirm: Option<bool>,
+    /// The host's last report: its version.
+    pub reported_host_version: Option<String>,
+    /// The host's last report: its platform.
+    pub reported_platform: Option<String>,
+    /// The host's last report: its OS version.
+    pub reported_os_version: Option<String>,
+    /// When the host was last seen (Unix ms).
+    pub last_seen_at: Option<i64>,
+    /// The host's version (the `ETag`).
+    pub version: i64,
+    /// Created (Unix ms).
+    pub created_at: i64,
+    /// Last changed (Unix ms).
+    pub updated_at: i64,
+    /// The valid session-user assignments.
+    pub session_users: Vec<HostSessionUser>,
+    /// Whether the host's control connection is up on this node (reads
+    /// only; not part of the version).
+    pub connected: Option<bool>,
+}
+
+/// One session-user assignment of a host (doc-only).
+#[derive(Debug, ToSchema)]
+pub struct HostSessionUser {
+    /// The person.
+    #[schema(format = "uuid")]
+    pub user_id: String,
+    /// The session user's name on the host.
+    pub os_user: String,
 }

@@ -6,6 +6,8 @@
 //! | `POST /auth/enroll/passkey/finish` (public) | `code`, `challenge_id`, `credential` | `passkey_id` |
 //! | `POST /auth/passkeys/start` | `step_up_id` (fresh TOTP step-up, consumed) | `challenge_id`, `options` |
 //! | `POST /auth/passkeys/finish` | `challenge_id`, `credential` | `passkey_id` |
+//! | `POST /auth/passkeys/first/start` (public) | `username`, `password`, `totp` | `challenge_id`, `options` |
+//! | `POST /auth/passkeys/first/finish` (public) | `username`, `password`, `challenge_id`, `credential` | `passkey_id` |
 //! | `POST /auth/console/login/start` (public) | `username` | `challenge_id`, `options` |
 //! | `POST /auth/console/login/finish` (public) | `username`, `password`, `challenge_id`, `credential` | cookie `bothy_session`; `login_session_id`, `expires_at`, `csrf_token` |
 //! | `POST /auth/step-up/passkey/start` | — | `challenge_id`, `options` |
@@ -40,6 +42,7 @@ use crate::identity::passkey::{self, Started};
 use crate::identity::password::Password;
 use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::step_up::CreatedStepUp;
+use crate::identity::totp::TotpCode;
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -49,6 +52,8 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(enroll_finish))
         .routes(routes!(register_start))
         .routes(routes!(register_finish))
+        .routes(routes!(first_start))
+        .routes(routes!(first_finish))
         .routes(routes!(login_start))
         .routes(routes!(login_finish))
         .routes(routes!(step_up_start))
@@ -227,6 +232,114 @@ async fn register_finish(
         state.config(),
         now,
         person,
+        challenge_id,
+        credential,
+    )
+    .await;
+    let passkey_id = charged(&state, client, now, result)?;
+    Ok(Json(json!({ "passkey_id": db::id_text(&passkey_id) })))
+}
+
+/// Starts registering the first passkey of a person enrolled without one (the
+/// CLI's enrollment), authorized by password and TOTP (public; D-408).
+///
+/// This opens no login session: password and TOTP here only allow the
+/// registration, so a person whose account has no passkey can then log in to
+/// the console, whose login and step-up take passkeys only. The TOTP code's
+/// time step is used up. A person with a passkey already is refused.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/passkeys/first/start",
+    operation_id = "startFirstPasskey",
+    tag = "passkeys",
+    request_body = FirstPasskeyStartRequest,
+    responses(
+        (status = 200, description = "A registration challenge (5 minutes, single use).",
+            body = PasskeyChallenge),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated`: any wrong part (username, password, \
+            TOTP code or a code already used, a disabled or not enrolled person; audited; \
+            always the same body).", body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "`conflict` reason `passkey_exists`: the password and \
+            the code are right, but the person has a passkey already; log in to the console \
+            with it (audited).", body = Problem, content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
+async fn first_start(
+    State(state): State<AppState>,
+    client: ClientAddr,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let now = state.clock().now_ms();
+    gate(&state, client, now)?;
+    let object = Object::root(&body, &["username", "password", "totp"])?;
+    let username = object.str("username")?;
+    let password = Password::presented(object.str("password")?);
+    let totp = TotpCode::parse(object.str("totp")?);
+    let result = passkey::first_start(
+        state.db(),
+        state.pepper(),
+        state.config(),
+        now,
+        username,
+        password.as_ref(),
+        totp.as_ref(),
+    )
+    .await;
+    Ok(started(charged(&state, client, now, result)?))
+}
+
+/// Finishes registering the first passkey of a person (public; D-408). Opens
+/// no login session: log in to the console with the new passkey next.
+#[utoipa::path(
+    post,
+    path = "/api/v1/auth/passkeys/first/finish",
+    operation_id = "finishFirstPasskey",
+    tag = "passkeys",
+    request_body = FirstPasskeyFinishRequest,
+    responses(
+        (status = 200, description = "The passkey is registered.", body = PasskeyRegistered),
+        ValidationFailed,
+        (status = 401, description = "`unauthenticated`: any wrong part (username, password, \
+            the challenge: unknown, used, expired or not of `startFirstPasskey` for this \
+            person, the attestation; audited; the challenge is spent either way).",
+            body = Problem, content_type = PROBLEM_JSON),
+        (status = 409, description = "`conflict` reason `passkey_exists`: a passkey was \
+            registered for the person since the start (audited).", body = Problem,
+            content_type = PROBLEM_JSON),
+        PayloadTooLarge,
+        UnsupportedMediaType,
+        RateLimited,
+        Internal,
+        Unavailable,
+    )
+)]
+async fn first_finish(
+    State(state): State<AppState>,
+    client: ClientAddr,
+    JsonBody(body): JsonBody,
+) -> Result<Json<Value>, ApiError> {
+    let now = state.clock().now_ms();
+    gate(&state, client, now)?;
+    let object = Object::root(
+        &body,
+        &["username", "password", "challenge_id", "credential"],
+    )?;
+    let username = object.str("username")?;
+    let password = Password::presented(object.str("password")?);
+    let challenge_id = object.uuid("challenge_id")?;
+    let credential = object.member("credential")?.value();
+    let result = passkey::first_finish(
+        state.db(),
+        state.config(),
+        now,
+        username,
+        password.as_ref(),
         challenge_id,
         credential,
     )
@@ -434,6 +547,35 @@ pub struct PasskeyRegisterStartRequest {
 /// `POST /api/v1/auth/passkeys/finish` (doc-only; exactly these members).
 #[derive(Debug, ToSchema)]
 pub struct PasskeyFinishRequest {
+    /// The challenge of the start.
+    #[schema(format = "uuid")]
+    pub challenge_id: String,
+    /// The browser's `PublicKeyCredential` (attestation) as JSON, without `null`
+    /// members.
+    #[schema(value_type = Object)]
+    pub credential: Value,
+}
+
+/// `POST /api/v1/auth/passkeys/first/start` (doc-only; exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct FirstPasskeyStartRequest {
+    /// The username.
+    pub username: String,
+    /// The password.
+    #[schema(format = Password)]
+    pub password: String,
+    /// The current TOTP code (its time step is used up).
+    pub totp: String,
+}
+
+/// `POST /api/v1/auth/passkeys/first/finish` (doc-only; exactly these members).
+#[derive(Debug, ToSchema)]
+pub struct FirstPasskeyFinishRequest {
+    /// The username of the start.
+    pub username: String,
+    /// The password again.
+    #[schema(format = Password)]
+    pub password: String,
     /// The challenge of the start.
     #[schema(format = "uuid")]
     pub challenge_id: String,

@@ -138,6 +138,10 @@ pub(super) async fn apply(
         if first {
             state.db().publish_ephemeral(presence(host.id, true));
             mark_applied(connection, session);
+            // Spec 9: announced after its first report, changed or not (an
+            // unchanged report was not announced before, so another node
+            // learnt of the connection only at its first heartbeat).
+            connection.announce(session).await;
         }
         return Ok(());
     }
@@ -163,10 +167,11 @@ pub(super) async fn apply(
 }
 
 fn mark_applied(connection: &ControlConnection, session: &mut LoggedIn) {
-    connection
-        .state
-        .local_control_links()
-        .mark_report_applied(session.host_id, connection.conn_id);
+    connection.state.local_control_links().mark_report_applied(
+        session.host_id,
+        connection.conn_id,
+        connection.state.clock().now_ms(),
+    );
     connection.state.metrics().control_hosts_connected().inc();
     session.report_applied = true;
 }

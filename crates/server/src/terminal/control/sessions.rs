@@ -23,6 +23,7 @@ use sqlx::Row;
 use uuid::Uuid;
 
 use super::{ControlConnection, End, LoggedIn, login::end_error};
+use crate::config::ClusterMode;
 use crate::db::{self, DbError, UnitOfWork};
 use crate::events::{Audience, DurableEvent, EventKind};
 use crate::hosts::HostError;
@@ -96,7 +97,14 @@ pub(super) async fn started(
         }
         match row.state.as_str() {
             "opening" => {
-                let device = state.relay().device_present(session_id);
+                // With several nodes the sides may be relayed on another node
+                // (the edge hashes them by session): `session.started`
+                // detaches a session only on the node that holds its sides
+                // (spec 9, D-508); the relay of that node detaches it when its
+                // device leaves.
+                let elsewhere = state.config().cluster.mode == ClusterMode::Multi
+                    && !state.relay().holds(session_id);
+                let device = elsewhere || state.relay().device_present(session_id);
                 let sql = if device {
                     "UPDATE terminal_sessions SET state = 'active', started_at = $1, \
                      version = version + 1 WHERE id = $2 AND state = 'opening'"
@@ -113,7 +121,7 @@ pub(super) async fn started(
                 let new_state = if device { "active" } else { "detached" };
                 changed(&mut uow, session_id, row.host_id, row.person_id, new_state);
                 uow.commit().await?;
-                if device {
+                if device && !elsewhere {
                     state.relay().detach_if_device_left(state, session_id).await;
                 }
                 Ok(Outcome::Done)

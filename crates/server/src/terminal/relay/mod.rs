@@ -507,7 +507,9 @@ impl Relay {
         *slot.member(side) = Some(member);
         // A device paired again with the host of a started session: the
         // session is active again (6.2), and the relay's detach clock stops.
-        let reactivate = pair_if_possible(slot) && slot.limits.started_at.is_some();
+        let paired_now = pair_if_possible(slot);
+        let reactivate = paired_now && slot.limits.started_at.is_some();
+        let opening_paired = paired_now && slot.limits.started_at.is_none();
         if reactivate {
             slot.limits.detached_at = None;
         }
@@ -525,6 +527,10 @@ impl Relay {
                     store::reactivate(&state, session_id).await;
                 }
             });
+        }
+        if opening_paired && state.config().cluster.mode == crate::config::ClusterMode::Multi {
+            let state = state.clone();
+            tokio::spawn(async move { store::announce_paired(&state, session_id).await });
         }
         Joined {
             conn_id,
@@ -811,7 +817,8 @@ impl Relay {
         }
     }
 
-    fn holds(&self, session_id: Uuid) -> bool {
+    /// Whether a side of the session is connected here.
+    pub(crate) fn holds(&self, session_id: Uuid) -> bool {
         self.lock_slots().contains_key(&session_id)
     }
 
@@ -1105,6 +1112,28 @@ async fn tail_task(state: AppState, mut subscription: crate::events::Subscriptio
             relay.session_closed(&state, session_id, &reason, detail);
         } else if let Ok(Some(row)) = store::load(&state, session_id).await {
             relay.refresh(session_id, row.limits());
+            let several = state.config().cluster.mode == crate::config::ClusterMode::Multi;
+            if several && row.state == "detached" && relay.device_paired(session_id) {
+                // Another node detached it (its control connection of the
+                // host ended, or its `session.started` found no device
+                // there) while both sides are relayed here: active again
+                // (spec 9, D-508), under the session's write lock.
+                let writes = relay
+                    .lock_slots()
+                    .get(&session_id)
+                    .map(|slot| Arc::clone(&slot.state_writes));
+                if let Some(writes) = writes {
+                    let state = state.clone();
+                    let done = state.shutdown().track();
+                    tokio::spawn(async move {
+                        let _done = done;
+                        let _write = writes.lock().await;
+                        if state.relay().device_paired(session_id) {
+                            store::reactivate(&state, session_id).await;
+                        }
+                    });
+                }
+            }
         }
     }
 }

@@ -268,3 +268,45 @@ pub(crate) async fn end_by_relay(
         }
     }
 }
+
+/// Spec 9 `terminal.session_paired` (several nodes, outside any unit of
+/// work): this relay paired both sides of a session in opening on a host
+/// whose last report says `require_local_confirm = true`. A failure is
+/// logged; the receivers only mark their expectation (docs/decisions.md
+/// D-509).
+pub(crate) async fn announce_paired(state: &AppState, session_id: Uuid) {
+    let read = async {
+        let mut conn = state.db().pool().acquire().await?;
+        let row = sqlx::query(
+            "SELECT ts.host_id, ts.state, h.reported_require_local_confirm \
+             FROM terminal_sessions ts JOIN hosts h ON h.id = ts.host_id WHERE ts.id = $1",
+        )
+        .bind(db::id_text(&session_id))
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some(row) = row else {
+            return Ok::<_, DbError>(None);
+        };
+        let confirm: Option<bool> = row.try_get("reported_require_local_confirm")?;
+        let phase: String = row.try_get("state")?;
+        (confirm == Some(true) && phase == "opening")
+            .then(|| db::get_uuid(&row, "host_id"))
+            .transpose()
+    }
+    .await;
+    let host_id = match read {
+        Ok(Some(host_id)) => host_id,
+        Ok(None) => return,
+        Err(error) => {
+            tracing::warn!(%error, "the relay cannot read a paired terminal session");
+            return;
+        }
+    };
+    let signal = crate::terminal::signals::Signal::SessionPaired {
+        host_id,
+        session_id,
+    };
+    if let Err(error) = crate::terminal::signals::send(state.db(), &signal).await {
+        tracing::warn!(%error, "terminal.session_paired could not be sent");
+    }
+}

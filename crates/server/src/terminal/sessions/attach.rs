@@ -406,6 +406,13 @@ async fn attach_once(
             ),
     );
     changed_event(&mut uow, person.person_id, row.id, host.id, row.state);
+    signals::stage(
+        &mut uow,
+        &Signal::SessionOpen {
+            host_id: host.id,
+            session_id: row.id,
+        },
+    );
     uow.commit().await?;
     let (noise_public_key, key_fingerprint) = host_keys(host)?;
     Ok(Grant {

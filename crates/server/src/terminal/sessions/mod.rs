@@ -68,11 +68,13 @@ use uuid::Uuid;
 
 use super::keys::{self, KeyError, TerminalSigner};
 use super::links::ControlSignal;
+use super::signals::{self, Signal};
 use super::token::{self, IssuedToken, TokenError, TokenRequest};
 use crate::audit::{
     AuditAction, AuditCode, AuditDetails, AuditEntry, ProfileName, TargetKind, code_enum,
 };
 use crate::clock::{UnixMillis, millis};
+use crate::config::ClusterMode;
 use crate::db::{self, Db, DbError, Engine, UnitOfWork};
 use crate::events::{Audience, DurableEvent, EventKind};
 use crate::hosts::{self, DenyReason, Host, HostError, pairing};
@@ -650,6 +652,13 @@ fn host_keys(host: &Host) -> Result<(String, String), SessionError> {
 }
 
 fn send_session_open(state: &AppState, host_id: Uuid, session_id: Uuid, deadline: UnixMillis) {
+    if state.config().cluster.mode == ClusterMode::Multi {
+        // Several nodes: `terminal.session_open`, staged in the unit of work,
+        // reaches every node, this one included, and the node with the
+        // host's control connection sends `session.open` after the probation
+        // of 3.4 (`terminal::signals::node`, docs/decisions.md D-507).
+        return;
+    }
     let signal = ControlSignal::SessionOpen(SessionOpen {
         session_id,
         expires_at: u64::try_from(deadline).unwrap_or(0),

@@ -216,6 +216,13 @@ async fn open_once(
         host_id,
         SessionState::Opening,
     );
+    signals::stage(
+        &mut uow,
+        &Signal::SessionOpen {
+            host_id,
+            session_id,
+        },
+    );
     uow.commit().await?;
     let (noise_public_key, key_fingerprint) = host_keys(&locked)?;
     Ok(Attempt::Done(Grant {

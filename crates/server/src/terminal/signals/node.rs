@@ -17,11 +17,21 @@
 //!   node, so the event is true on every node (10.2). Entries that outlive
 //!   the window expire on the node's clock, looked at every
 //!   [`TICK`](crate::terminal::relay::TICK), with the same event.
-//! - `terminal.session_open`, `terminal.session_paired`: nothing yet. No unit
-//!   of work of this build sends them; rules b and c of 3.4, the probation
-//!   and the openings across nodes are the rest of issue 18, and until they
-//!   exist `serve` refuses `cluster.mode: multi` (D-321). A forged one
-//!   therefore causes nothing.
+//! - `terminal.session_open` (several nodes; one node sends `session.open`
+//!   itself after the commit): the node with an eligible control connection
+//!   of the host sends `session.open` after the probation of 3.4 (twice
+//!   `terminal.host_duplicate_probe_timeout` from the connection's first
+//!   announcement), after reading the row again: the session not closed, the
+//!   host active, the connection still the host's eligible one here; the
+//!   deadline is the row's `open_deadline_at`. Each grant (the row's
+//!   `token_jti`) is sent at most once per node, so a repeated or forged
+//!   signal cannot replace the data connection of a live session. The other
+//!   nodes need no state: a side that reaches them builds its expectation
+//!   from the row at its identify (the relay), and an opening without sides
+//!   ends through the sweep's compare-and-swap (docs/decisions.md D-507).
+//! - `terminal.session_paired`: nothing to mark. An expectation without sides
+//!   is the sweep's check 3, which never ends an opening on a host with
+//!   `require_local_confirm = true` (D-509).
 //!
 //! The reconciliation after the listener's `LISTEN` succeeded again: the
 //! node reads the host of every control connection it holds; a connection of
@@ -30,13 +40,19 @@
 //! signals closes now), and every eligible one (host active, first report
 //! applied) is announced with `terminal.host_present` at once.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use bothy_proto::control::SessionOpen;
+use sqlx::Row;
+use uuid::Uuid;
 
 use tokio::sync::broadcast;
 use tokio::task::JoinHandle;
 
 use super::presence::{self, Change};
 use super::{Signal, SignalHandler, deliver, listener};
+use crate::clock::millis;
 use crate::config::ClusterMode;
 use crate::db::DbError;
 use crate::hosts::{self, HostState};
@@ -44,16 +60,26 @@ use crate::state::AppState;
 use crate::terminal::links::{ControlLinks, ControlSignal};
 use crate::terminal::relay::TICK;
 
+/// The most grants a node remembers as sent (then it forgets them all; a
+/// forged repetition of an old one may then reach the host once more).
+const SENT_MAX: usize = 100_000;
+
 /// The handler of this process.
 #[derive(Debug, Clone)]
 pub struct Node {
     state: AppState,
+    /// The grant (`token_jti`) of each session whose `session.open` this node
+    /// handed to a control connection.
+    sent: Arc<Mutex<HashMap<Uuid, String>>>,
 }
 
 impl Node {
     /// The handler over the process's state.
     pub fn new(state: AppState) -> Node {
-        Node { state }
+        Node {
+            state,
+            sent: Arc::default(),
+        }
     }
 
     fn window(&self) -> i64 {
@@ -108,6 +134,21 @@ impl Node {
         }
     }
 
+    /// `terminal.session_open`: see the module docs.
+    fn session_open(&self, host_id: Uuid, session_id: Uuid) {
+        if self.state.config().cluster.mode != ClusterMode::Multi {
+            return;
+        }
+        let Some((conn_id, applied_at)) = self.state.local_control_links().eligible(host_id) else {
+            return;
+        };
+        let state = self.state.clone();
+        let sent = Arc::clone(&self.sent);
+        tokio::spawn(async move {
+            send_session_open(&state, &sent, host_id, session_id, conn_id, applied_at).await;
+        });
+    }
+
     fn check_host(&self, host_id: uuid::Uuid) {
         // No connection of the host here: nothing to close.
         let _ = self
@@ -142,8 +183,12 @@ impl SignalHandler for Node {
                     self.presence_changed(host_id, false);
                 }
             }
-            // See the module docs: not sent by this build.
-            Signal::SessionOpen { .. } | Signal::SessionPaired { .. } => {}
+            Signal::SessionOpen {
+                host_id,
+                session_id,
+            } => self.session_open(host_id, session_id),
+            // See the module docs.
+            Signal::SessionPaired { .. } => {}
         }
     }
 
@@ -175,6 +220,102 @@ impl SignalHandler for Node {
             }
         }
     }
+}
+
+/// Waits for the end of the connection's probation (3.4), reads the session
+/// and the host again and hands `session.open` to the connection.
+async fn send_session_open(
+    state: &AppState,
+    sent: &Mutex<HashMap<Uuid, String>>,
+    host_id: Uuid,
+    session_id: Uuid,
+    conn_id: Uuid,
+    applied_at: i64,
+) {
+    let probation = millis(state.config().terminal.host_duplicate_probe_timeout).saturating_mul(2);
+    let end = applied_at.saturating_add(probation);
+    let mut shutdown = state.shutdown().watch();
+    while state.clock().now_ms() < end {
+        if !still_eligible(state, host_id, conn_id) {
+            return;
+        }
+        tokio::select! {
+            () = listener::shutdown_signalled(&mut shutdown) => return,
+            () = tokio::time::sleep(TICK) => {}
+        }
+    }
+    let row = async {
+        let mut conn = state.db().pool().acquire().await?;
+        sqlx::query(
+            "SELECT ts.state, ts.open_deadline_at, ts.token_jti, h.state AS host_state \
+             FROM terminal_sessions ts JOIN hosts h ON h.id = ts.host_id \
+             WHERE ts.id = $1 AND ts.host_id = $2",
+        )
+        .bind(crate::db::id_text(&session_id))
+        .bind(crate::db::id_text(&host_id))
+        .fetch_optional(&mut *conn)
+        .await
+    }
+    .await;
+    let row = match row {
+        Ok(Some(row)) => row,
+        // Unknown (or of another host): a forged signal.
+        Ok(None) => return,
+        Err(error) => {
+            // 6.1 step 4: the open deadline ends the opening.
+            tracing::warn!(%error, "session.open not sent: the session cannot be read");
+            return;
+        }
+    };
+    let read = (|| -> Result<(String, i64, String, String), sqlx::Error> {
+        Ok((
+            row.try_get("state")?,
+            row.try_get::<Option<i64>, _>("open_deadline_at")?
+                .unwrap_or(0),
+            row.try_get::<Option<String>, _>("token_jti")?
+                .unwrap_or_default(),
+            row.try_get("host_state")?,
+        ))
+    })();
+    let Ok((session_state, deadline, jti, host_state)) = read else {
+        tracing::warn!("session.open not sent: the session row is not readable");
+        return;
+    };
+    if session_state == "closed" || host_state != HostState::Active.as_str() {
+        return;
+    }
+    if !still_eligible(state, host_id, conn_id) {
+        // The connection ended or was replaced meanwhile: the deadline of
+        // step 6 ends the opening (a newer connection's node got the signal
+        // too, but only an eligible connection at its arrival sends).
+        return;
+    }
+    {
+        let mut sent = sent.lock().unwrap_or_else(|p| p.into_inner());
+        if sent.get(&session_id) == Some(&jti) {
+            return;
+        }
+        if sent.len() >= SENT_MAX {
+            sent.clear();
+        }
+        sent.insert(session_id, jti);
+    }
+    let signal = ControlSignal::SessionOpen(SessionOpen {
+        session_id,
+        expires_at: u64::try_from(deadline).unwrap_or(0),
+    });
+    if state.local_control_links().send(host_id, signal).is_err() {
+        tracing::info!(%session_id, "session.open not handed to the control connection");
+    }
+}
+
+/// Whether `conn_id` is still the host's eligible connection on this node.
+fn still_eligible(state: &AppState, host_id: Uuid, conn_id: Uuid) -> bool {
+    state
+        .local_control_links()
+        .eligible(host_id)
+        .map(|(current, _)| current)
+        == Some(conn_id)
 }
 
 /// Starts the task that feeds [`Node`] until the shutdown: the listener with

@@ -1,0 +1,462 @@
+//! Several server nodes behind a real nginx (issue 18, spec 24 section 9):
+//! node A is the scenario's own [`TestServer`]; [`Cluster::start`] adds nodes
+//! B and C in this process on the same PostgreSQL database with
+//! `cluster.mode: multi` (each its own pool, listener, relay, registry and
+//! clock), with A's token pepper and local CA copied into their data
+//! directories as an operator copies them to a second machine
+//! (deploy/README.md), and starts Debian's nginx with a generated
+//! configuration on a free loopback port.
+//!
+//! The generated configuration is the one of `deploy/nginx/bothy.conf`
+//! (WebSocket upgrade, long timeouts, `X-Forwarded-For`, both stream paths
+//! hashed by `$session_id consistent`) with its upstreams pinned so a test
+//! knows where each connection lands: the control connection
+//! (`/api/v1/hosts/connect`) on B, both stream paths on C (a hash upstream of
+//! one node), everything else round-robin over A, B and C. nginx terminates
+//! TLS with a certificate for `localhost` issued by `openssl` from the same
+//! CA, and verifies the nodes' certificates against it.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bothy_proto::stream::{self, DeviceMessage, Identify};
+use tokio_tungstenite::tungstenite::Message;
+use uuid::Uuid;
+
+use crate::server::TestServer;
+use crate::terminal::host_data::{Frame as WsFrame, next_frame};
+use crate::ws::{self, Ws};
+
+/// Nodes B and C and the edge.
+pub struct Cluster {
+    /// Node B (the control connection's node) and node C (the streams').
+    pub nodes: Vec<TestServer>,
+    followers: Vec<tokio::task::JoinHandle<()>>,
+    /// Node P ([`super::Options::control_process`]): a real `bothy-server`
+    /// process that the edge prefers for the control connection, B its
+    /// backup.
+    pub control_process: Option<ServerProcess>,
+    /// nginx in front of A, B and C (and P).
+    pub edge: Edge,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("edge", &self.edge.port)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Cluster {
+    /// Starts B and C beside `a` with `yaml` (which names `cluster.mode:
+    /// multi`) and the edge in front of the three.
+    pub async fn start(
+        a: &TestServer,
+        yaml: &str,
+        start_ms: i64,
+        control_process: bool,
+    ) -> Cluster {
+        let mut nodes = Vec::new();
+        let mut followers = Vec::new();
+        for _ in 0..2 {
+            let data_dir = tempfile::tempdir().expect("data directory");
+            copy_secret(
+                &a.data_dir().join("token_pepper"),
+                &data_dir.path().join("token_pepper"),
+            );
+            fs::create_dir(data_dir.path().join("tls")).expect("tls directory");
+            fs::set_permissions(
+                data_dir.path().join("tls"),
+                fs::Permissions::from_mode(0o700),
+            )
+            .expect("chmod");
+            copy_secret(
+                &a.data_dir().join("tls/ca.key"),
+                &data_dir.path().join("tls/ca.key"),
+            );
+            fs::copy(
+                a.data_dir().join("tls/ca.pem"),
+                data_dir.path().join("tls/ca.pem"),
+            )
+            .expect("CA certificate");
+            let node =
+                TestServer::start_on_at(a.db().share().await, data_dir, yaml, start_ms).await;
+            followers.push(super::follow_real_time(Arc::clone(&node.clock)));
+            nodes.push(node);
+        }
+        let process = if control_process {
+            Some(ServerProcess::start(a, yaml).await)
+        } else {
+            None
+        };
+        let control = match &process {
+            Some(p) => format!(
+                "        server 127.0.0.1:{};\n        server 127.0.0.1:{} backup;\n",
+                p.port, nodes[0].port
+            ),
+            None => format!("        server 127.0.0.1:{};\n", nodes[0].port),
+        };
+        let edge = Edge::start(
+            &a.data_dir().join("tls"),
+            &[a.port, nodes[0].port, nodes[1].port],
+            &control,
+            nodes[1].port,
+        )
+        .await;
+        Cluster {
+            nodes,
+            followers,
+            control_process: process,
+            edge,
+        }
+    }
+
+    /// Node B, which holds the host's control connection.
+    pub fn b(&self) -> &TestServer {
+        &self.nodes[0]
+    }
+
+    /// Node C, where the edge hashes both stream paths.
+    pub fn c(&self) -> &TestServer {
+        &self.nodes[1]
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for follower in &self.followers {
+            follower.abort();
+        }
+    }
+}
+
+/// A node as its own `bothy-server serve` process (the binary beside the
+/// test's, `<target>/<profile>/bothy-server`), on a free loopback port with
+/// A's token pepper and CA, so a test can kill it with SIGKILL (TM-T16).
+#[derive(Debug)]
+pub struct ServerProcess {
+    /// Its port on 127.0.0.1.
+    pub port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl ServerProcess {
+    async fn start(a: &TestServer, yaml: &str) -> ServerProcess {
+        let dir = tempfile::tempdir().expect("process node directory");
+        let data = dir.path().join("data");
+        fs::create_dir(&data).expect("data directory");
+        fs::set_permissions(&data, fs::Permissions::from_mode(0o700)).expect("chmod");
+        fs::create_dir(data.join("tls")).expect("tls directory");
+        fs::set_permissions(data.join("tls"), fs::Permissions::from_mode(0o700)).expect("chmod");
+        copy_secret(
+            &a.data_dir().join("token_pepper"),
+            &data.join("token_pepper"),
+        );
+        copy_secret(&a.data_dir().join("tls/ca.key"), &data.join("tls/ca.key"));
+        fs::copy(a.data_dir().join("tls/ca.pem"), data.join("tls/ca.pem")).expect("CA");
+        let port = free_port();
+        // As every test server: no sweep pass behind the test's back.
+        let yaml = if yaml.contains("sweep_interval:") {
+            yaml.to_owned()
+        } else {
+            yaml.replacen("terminal:\n", "terminal:\n  sweep_interval: 365d\n", 1)
+        };
+        let config = dir.path().join("server.yaml");
+        fs::write(
+            &config,
+            format!(
+                "server:\n  listen: 127.0.0.1:{port}\n  public_url: https://localhost\n  data_dir: \"{}\"\ndatabase:\n  url: \"{}\"\n{yaml}",
+                data.display(),
+                a.db().url()
+            ),
+        )
+        .expect("config");
+        let log = fs::File::create(dir.path().join("server.log")).expect("log");
+        let child = Command::new(server_binary())
+            .arg("--config")
+            .arg(&config)
+            .arg("serve")
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("bothy-server starts");
+        let mut process = ServerProcess {
+            port,
+            dir,
+            child: Some(child),
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            if let Some(Ok(Some(status))) = process.child.as_mut().map(Child::try_wait) {
+                panic!("bothy-server ended with {status}: {}", process.log());
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "bothy-server does not listen: {}",
+                process.log()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        process
+    }
+
+    /// Its log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// SIGKILL, and reaps it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+                nix::sys::signal::Signal::SIGKILL,
+            )
+            .expect("SIGKILL");
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `<target>/<profile>/bothy-server` beside `<target>/<profile>/deps/<test>`.
+fn server_binary() -> PathBuf {
+    let test = std::env::current_exe().expect("the test binary's path");
+    let path = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in <target>/<profile>/deps")
+        .join("bothy-server");
+    assert!(
+        path.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (it builds bothy-server)",
+        path.display()
+    );
+    path
+}
+
+fn copy_secret(from: &Path, to: &Path) {
+    fs::copy(from, to).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
+    fs::set_permissions(to, fs::Permissions::from_mode(0o600)).expect("chmod 0600");
+}
+
+/// A free TCP port on 127.0.0.1 (bound and released; nginx binds it next).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// Debian's nginx, started by the test.
+#[derive(Debug)]
+pub struct Edge {
+    /// Its TLS port on 127.0.0.1.
+    pub port: u16,
+    /// The CA its certificate (and the nodes') chains to.
+    pub ca_file: PathBuf,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+impl Edge {
+    /// Issues a certificate for `localhost` from the CA in `ca_dir` and starts
+    /// nginx: `control` for the control connection, `streams` for both stream
+    /// paths (hashed), `api` round-robin for everything else.
+    pub async fn start(ca_dir: &Path, api: &[u16], control: &str, streams: u16) -> Edge {
+        let dir = tempfile::tempdir().expect("edge directory");
+        let path = dir.path();
+        let ca_file = path.join("ca.pem");
+        fs::copy(ca_dir.join("ca.pem"), &ca_file).expect("CA copy");
+        issue_certificate(ca_dir, path);
+        fs::create_dir_all(path.join("tmp")).expect("tmp");
+        fs::create_dir_all(path.join("logs")).expect("logs");
+        let port = free_port();
+        let upstream = |ports: &[u16]| {
+            ports
+                .iter()
+                .map(|p| format!("        server 127.0.0.1:{p};\n"))
+                .collect::<String>()
+        };
+        let config = format!(
+            include_str!("edge.conf.in"),
+            dir = path.display(),
+            port = port,
+            api = upstream(api),
+            control = control,
+            streams = upstream(&[streams]),
+        );
+        fs::write(path.join("nginx.conf"), config).expect("nginx.conf");
+        let child = Command::new("nginx")
+            .arg("-p")
+            .arg(path)
+            .arg("-c")
+            .arg(path.join("nginx.conf"))
+            .args(["-g", "daemon off;"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("nginx starts (Debian package nginx; .ci/run installs it)");
+        let mut edge = Edge {
+            port,
+            ca_file,
+            dir,
+            child: Some(child),
+        };
+        edge.wait_listening().await;
+        edge
+    }
+
+    async fn wait_listening(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", self.port))
+                .await
+                .is_ok()
+            {
+                return;
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!(
+                        "nginx ended with {status}: {}",
+                        fs::read_to_string(self.dir.path().join("logs/error.log"))
+                            .unwrap_or_default()
+                    );
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nginx does not listen"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `https://localhost:<port>`.
+    pub fn base(&self) -> String {
+        format!("https://localhost:{}", self.port)
+    }
+
+    /// nginx's error log so far.
+    pub fn log(&self) -> String {
+        fs::read_to_string(self.dir.path().join("logs/error.log")).unwrap_or_default()
+    }
+
+    /// The device stream of `session_id` through the edge, after `identify`
+    /// with `token` and `ready`.
+    pub async fn device_login(&self, session_id: Uuid, token: &str) -> Ws {
+        let mut ws = ws::connect_to(
+            self.port,
+            &self.ca_file,
+            &stream::stream_path(&session_id),
+            None,
+            ws::Options::default(),
+            &[],
+        )
+        .await
+        .unwrap_or_else(|refused| panic!("upgrade refused at the edge: {refused:?}"));
+        let text = DeviceMessage::Identify(Identify {
+            access_token: Some(token.to_owned()),
+        })
+        .to_json();
+        ws::send(&mut ws, Message::text(text)).await;
+        match next_frame(&mut ws).await {
+            WsFrame::Text(text) => {
+                let ready: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+                assert_eq!(ready["op"], "ready", "{text}");
+            }
+            other => panic!("expected ready through the edge, got {other:?}"),
+        }
+        ws
+    }
+}
+
+impl Drop for Edge {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid")),
+                nix::sys::signal::Signal::SIGQUIT,
+            );
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `edge.pem` and `edge.key` in `out` for `localhost` and 127.0.0.1, issued
+/// with `openssl` by the CA in `ca_dir`.
+fn issue_certificate(ca_dir: &Path, out: &Path) {
+    let ext = out.join("edge.ext");
+    fs::write(
+        &ext,
+        "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
+    )
+    .expect("extensions");
+    let run = |args: &[&str]| {
+        let output = Command::new("openssl")
+            .args(args)
+            .current_dir(out)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            output.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    };
+    run(&[
+        "req",
+        "-new",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        "edge.key",
+        "-subj",
+        "/CN=localhost",
+        "-out",
+        "edge.csr",
+    ]);
+    let ca_pem = ca_dir.join("ca.pem");
+    let ca_key = ca_dir.join("ca.key");
+    run(&[
+        "x509",
+        "-req",
+        "-in",
+        "edge.csr",
+        "-CA",
+        ca_pem.to_str().expect("path"),
+        "-CAkey",
+        ca_key.to_str().expect("path"),
+        "-CAcreateserial",
+        "-CAserial",
+        "edge.srl",
+        "-days",
+        "2",
+        "-extfile",
+        "edge.ext",
+        "-out",
+        "edge.pem",
+    ]);
+}
