@@ -252,6 +252,16 @@ pub struct Doctor {
     profile_dropped: bool,
 }
 
+/// What the service side of a run found: its findings (`None`: it did not
+/// finish, nothing counts as checked), HD5, and the sudo probe of HD3 still
+/// running beside the helpers' answers (D-458).
+#[derive(Debug)]
+struct ServiceSide {
+    findings: Option<ServiceFindings>,
+    server_host: bool,
+    sudo: Option<tokio::task::JoinHandle<bool>>,
+}
+
 impl Doctor {
     /// A doctor before any run (every check counts as not run: failed).
     pub fn new() -> Doctor {
@@ -301,9 +311,12 @@ impl Doctor {
         let service =
             tokio::task::spawn_blocking(move || service_side::service_checks_but_sudo(&inputs));
         let (findings, server_host) = tokio::join!(service, hd5(ctx));
-        let findings = findings.ok();
-        self.complete(ctx, helpers, kind, scope, findings, server_host, Some(sudo))
-            .await;
+        let side = ServiceSide {
+            findings: findings.ok(),
+            server_host,
+            sudo: Some(sudo),
+        };
+        self.complete(ctx, helpers, kind, scope, side).await;
         self.snapshot() != before
     }
 
@@ -314,10 +327,13 @@ impl Doctor {
         helpers: &P,
         kind: RunKind,
         scope: Scope<'_>,
-        findings: Option<ServiceFindings>,
-        server_host: bool,
-        sudo: Option<tokio::task::JoinHandle<bool>>,
+        side: ServiceSide,
     ) {
+        let ServiceSide {
+            findings,
+            server_host,
+            sudo,
+        } = side;
         self.server_host = server_host;
         self.declaration = ctx.declaration;
         let Some(mut findings) = findings else {

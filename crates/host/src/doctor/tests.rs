@@ -278,7 +278,7 @@ async fn run(
     codes: &[DoctorCode],
 ) {
     doctor
-        .complete(ctx, port, kind, scope, Some(findings(codes)), false, None)
+        .complete(ctx, port, kind, scope, side(Some(findings(codes))))
         .await;
 }
 
@@ -485,9 +485,7 @@ async fn an_unusable_claude_bin_warns_and_drops_the_profile() {
             &port,
             RunKind::Light,
             Scope::All,
-            Some(unusable),
-            false,
-            None,
+            side(Some(unusable)),
         )
         .await;
     assert!(
@@ -852,8 +850,18 @@ async fn a_service_side_that_did_not_finish_counts_as_failed() {
     run(&mut doctor, &ctx, &port, RunKind::Full, Scope::All, &[]).await;
     assert!(!doctor.refuses_start());
     doctor
-        .complete(&ctx, &port, RunKind::Light, Scope::All, None, false, None)
+        .complete(&ctx, &port, RunKind::Light, Scope::All, side(None))
         .await;
     assert!(doctor.refuses_start());
     assert_eq!(doctor.gate("alice"), Err(CloseDetail::PtyFailed));
+}
+
+/// A finished service side with `findings`, no server host, no sudo probe
+/// still running.
+fn side(findings: Option<ServiceFindings>) -> ServiceSide {
+    ServiceSide {
+        findings,
+        server_host: false,
+        sudo: None,
+    }
 }
