@@ -45,7 +45,7 @@ use bothy_testkit::scenario as e2e_common;
 use bothy_testkit::terminal as terminal_common;
 
 use std::fs::{self, File};
-use std::io::{BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
@@ -60,6 +60,7 @@ use bothy_proto::b64;
 use bothy_proto::frame::{Direction, Frame};
 use bothy_proto::jws::ephemeral_key_hash;
 use bothy_server::db::Engine;
+use e2e_common::bulk::{self, LINE, drain_quiet, recv_within};
 use e2e_common::{DeviceSession, Options, Received, Scenario};
 use futures_util::SinkExt;
 use serde_json::json;
@@ -68,16 +69,10 @@ use uuid::Uuid;
 
 /// The size of the bulk file: 256 MiB.
 const FILE_BYTES: u64 = 256 * 1024 * 1024;
-/// Characters of a line of the bulk file, line feed excluded.
-const LINE: usize = 76;
 /// Runs of each bulk figure; the median is printed.
 const BULK_RUNS: usize = 3;
 /// The bound of one bulk run (a run that takes longer has failed).
 const BULK_LIMIT: Duration = Duration::from_secs(300);
-/// What the shell prints after the file; typed as `EN""D-MARK`, so the echo
-/// of the typed line does not contain it, and `-` is not in the base64
-/// alphabet, so the file does not.
-const SENTINEL: &[u8] = b"END-MARK";
 /// Echo samples, and the warm-up before them.
 const ECHO_SAMPLES: usize = 1_000;
 const ECHO_WARM_UP: usize = 50;
@@ -137,7 +132,7 @@ async fn run() -> anyhow::Result<()> {
 
     eprintln!("host bench: writing the {FILE_BYTES}-byte file");
     let file = scenario.dir.path.join("bulk.txt");
-    write_bulk_file(&file)?;
+    bulk::write_file(&file, FILE_BYTES)?;
 
     eprintln!("host bench: setting up sshd");
     let sshd = match Sshd::start(&scenario) {
@@ -154,8 +149,7 @@ async fn run() -> anyhow::Result<()> {
         .map_err(|_| anyhow!("opening the bulk session took over {SHELL_LIMIT:?}"))?;
     // No tty echo for the bulk commands: the first output after a command is
     // then its output.
-    shell_command(&mut device, "stty -echo; echo RE\"\"ADY-1", "READY-1").await?;
-    drain_quiet(&mut device, Duration::from_millis(300)).await?;
+    bulk::quiet_shell(&mut device).await?;
 
     // The runs alternate, so a neighbour's load on the machine falls on all
     // of them alike.
@@ -165,7 +159,7 @@ async fn run() -> anyhow::Result<()> {
     let mut direct = Series::new("direct_pty_cat");
     for run in 1..=BULK_RUNS {
         eprintln!("host bench: bulk run {run} through bothy");
-        let seconds = bothy_cat(&mut device, &file).await?;
+        let seconds = bulk::cat(&mut device, &file, FILE_BYTES, BULK_LIMIT).await?;
         bothy.runs.push(mib_s(seconds));
         drain_quiet(&mut device, Duration::from_millis(300)).await?;
         // The other paths run on a thread while the device's stream is
@@ -360,45 +354,6 @@ fn one_line(error: &anyhow::Error) -> String {
     format!("{error:#}").replace('\n', " ")
 }
 
-/// Writes the bulk file: lines of 76 random characters of the base64 alphabet
-/// and a line feed, exactly [`FILE_BYTES`] long, readable by everyone.
-fn write_bulk_file(path: &Path) -> anyhow::Result<()> {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut seed = [0u8; 8];
-    getrandom::fill(&mut seed).map_err(|e| anyhow!("random seed: {e}"))?;
-    // xorshift64*: random enough for text nobody compresses.
-    let mut state = u64::from_le_bytes(seed) | 1;
-    let mut next = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        state.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    };
-    let mut out = BufWriter::with_capacity(1 << 20, File::create(path).context("bulk file")?);
-    let mut line = [b'\n'; LINE + 1];
-    let mut left = FILE_BYTES as usize;
-    while left > 0 {
-        for chunk in line[..LINE].chunks_mut(10) {
-            let mut bits = next();
-            for byte in chunk {
-                *byte = ALPHABET[(bits & 63) as usize];
-                bits >>= 6;
-            }
-        }
-        let n = left.min(LINE + 1);
-        // The last line is cut short and still ends with a line feed.
-        if n < LINE + 1 {
-            line[n - 1] = b'\n';
-        }
-        out.write_all(&line[..n]).context("bulk file")?;
-        left -= n;
-    }
-    out.flush().context("bulk file")?;
-    drop(out);
-    fs::set_permissions(path, fs::Permissions::from_mode(0o644)).context("chmod bulk file")?;
-    Ok(())
-}
-
 /// Runs the blocking `run` on a thread of its own while the device's stream
 /// is read (its pings answered; output that arrives meanwhile is dropped).
 async fn beside<T: Send + 'static>(
@@ -414,95 +369,6 @@ async fn beside<T: Send + 'static>(
                 other => bail!("while another path ran: {other:?}"),
             },
         }
-    }
-}
-
-/// Receives the next thing from the device stream within `limit`.
-async fn recv_within(device: &mut DeviceSession, limit: Duration) -> anyhow::Result<Received> {
-    tokio::time::timeout(limit, device.recv())
-        .await
-        .map_err(|_| anyhow!("nothing from the shell within {limit:?}"))
-}
-
-/// Types `command` and a line feed; waits until the output contains `marker`.
-async fn shell_command(
-    device: &mut DeviceSession,
-    command: &str,
-    marker: &str,
-) -> anyhow::Result<()> {
-    device.output.clear();
-    device.type_text(&format!("{command}\n")).await;
-    let deadline = Instant::now() + SHELL_LIMIT;
-    while !String::from_utf8_lossy(&device.output).contains(marker) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match recv_within(device, left)
-            .await
-            .with_context(|| format!("waiting for {marker:?} after {command:?}"))?
-        {
-            Received::Data(_) => {}
-            other => bail!("{command:?}: expected {marker:?}, got {other:?}"),
-        }
-    }
-    Ok(())
-}
-
-/// Reads until the shell was quiet for `quiet` (bounded by [`SHELL_LIMIT`]).
-async fn drain_quiet(device: &mut DeviceSession, quiet: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + SHELL_LIMIT;
-    loop {
-        match tokio::time::timeout(quiet, device.recv()).await {
-            Err(_) => {
-                device.output.clear();
-                return Ok(());
-            }
-            Ok(Received::Data(_)) => {}
-            Ok(other) => bail!("while waiting for a quiet shell: {other:?}"),
-        }
-        if Instant::now() > deadline {
-            bail!("the shell did not go quiet within {SHELL_LIMIT:?}");
-        }
-    }
-}
-
-/// One bulk run through bothy: the seconds from the first output byte after
-/// `cat FILE; echo EN""D-MARK` to the sentinel.
-async fn bothy_cat(device: &mut DeviceSession, file: &Path) -> anyhow::Result<f64> {
-    device.output.clear();
-    device
-        .type_text(&format!("cat {}; echo EN\"\"D-MARK\n", file.display()))
-        .await;
-    let deadline = Instant::now() + BULK_LIMIT;
-    let mut first = None;
-    let mut received: u64 = 0;
-    let mut tail: Vec<u8> = Vec::new();
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        let bytes = match recv_within(device, left).await.with_context(|| {
-            format!("bulk run through bothy: no sentinel after {received} bytes")
-        })? {
-            Received::Data(bytes) => bytes,
-            other => bail!("bulk run through bothy: {other:?} after {received} bytes"),
-        };
-        let now = Instant::now();
-        // The harness keeps all output; the run needs only the last bytes.
-        device.output.clear();
-        let start = *first.get_or_insert(now);
-        received += bytes.len() as u64;
-        // `-` is never in the file: search for the sentinel only around one.
-        if bytes.contains(&b'-') || tail.contains(&b'-') {
-            tail.extend_from_slice(&bytes);
-            if tail.windows(SENTINEL.len()).any(|w| w == SENTINEL) {
-                if received < FILE_BYTES {
-                    bail!("bulk run through bothy: the sentinel after only {received} bytes");
-                }
-                return Ok((now - start).as_secs_f64());
-            }
-        } else {
-            tail.clear();
-            tail.extend_from_slice(&bytes);
-        }
-        let keep = tail.len().saturating_sub(SENTINEL.len() - 1);
-        tail.drain(..keep);
     }
 }
 

@@ -1680,14 +1680,19 @@ async fn a_closed_output_ends_the_client_and_leaves_the_session_detached() {
     let client = Client::new(&scenario).logged_in();
     // bothy's environment, its standard output into `head`; pipefail makes
     // bothy's exit code the pipeline's.
+    // The reader marks when it is gone: `head` ended and the last read end
+    // of the pipe closed.
     let bothy = client.command(&[]);
+    let gone = scenario.dir.path.join("reader-gone");
     let mut piped = Command::new("bash");
     piped
         .args([
             "-c",
-            "set -o pipefail; \"$0\" open 'scenario host' | head -c 1 >/dev/null",
+            "set -o pipefail; \"$0\" open 'scenario host' \
+             | { head -c 1 >/dev/null; exec 0<&-; : >\"$1\"; }",
         ])
         .arg(bothy.get_program())
+        .arg(&gone)
         .env_clear()
         .envs(bothy.get_envs().filter_map(|(k, v)| Some((k, v?))));
     let mut p = rexpect::session::spawn_command(piped, Some(EXPECT_MS)).expect("sh starts");
@@ -1698,6 +1703,13 @@ async fn a_closed_output_ends_the_client_and_leaves_the_session_detached() {
     // be detached already, so no wait for `active` here.)
     scenario.wait_session_processes(0, 1).await;
     let (session_id, _) = newest_session(&scenario).await;
+    // On a loaded machine `head` may read only after the whole prompt is in
+    // the pipe; bothy notices the closed pipe at its next write, so the
+    // output typed below must come after the reader is gone.
+    eventually("the pipe's reader gone", e2e_common::WAIT, || {
+        std::future::ready(gone.exists().then_some(()))
+    })
+    .await;
     let exit = tokio::task::block_in_place(|| {
         // More output for the closed pipe; bothy may have ended already on
         // a later piece of the prompt (bracketed paste and the like), so

@@ -13,6 +13,7 @@ use bothy_testkit::scenario as e2e_common;
 
 use std::time::Duration;
 
+use bothy_proto::frame::TerminalSize;
 use bothy_server::db::Engine;
 use bothy_server::terminal::links::ControlLinks;
 use e2e_common::{Options, Scenario, WAIT, revoked};
@@ -246,7 +247,7 @@ async fn tm_t16_the_node_of_the_control_connection_killed_the_host_reconnects_to
         .cluster
         .as_mut()
         .expect("cluster")
-        .control_process
+        .process
         .as_mut()
         .expect("process node")
         .kill();
@@ -267,4 +268,84 @@ async fn tm_t16_the_node_of_the_control_connection_killed_the_host_reconnects_to
     again.type_text("exit 0\n").await;
     assert_eq!(again.expect_exit().await, 0);
     drop(device);
+}
+
+/// TM-T16, the node relaying sessions dies: both sides of two sessions are
+/// relayed on node P (a real `bothy-server` process that the edge prefers
+/// for the stream paths, node C its backup), killed with SIGKILL. No living
+/// node held their sides, so none marks them detached: the rows stay
+/// `active` (D-515). The host service detaches them itself (6.2: a lost
+/// data connection) and keeps their PTYs. One is attached again (a fresh
+/// step-up, a takeover of the `active` row) and lands on node C through
+/// the edge: the replay shows what ran before and the shell goes on. The
+/// other is left alone: the host service's detach timer
+/// (`terminal.detach_grace`, 10 s here) ends its PTY and reports
+/// `detach_expired` over the control connection on node B, so neither
+/// stays `active` (a node that dies with its host service too is left to
+/// the sweep, `crates/server/tests/terminal_cluster.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tm_t16_the_node_relaying_sessions_killed_one_reattaches_through_another_one_expires() {
+    let mut scenario = Scenario::start(
+        Engine::Postgres,
+        Options {
+            cluster: true,
+            streams_process: true,
+            extra_terminal_yaml: format!("{TERMINAL_YAML}  detach_grace: 10s\n"),
+            ..Options::default()
+        },
+    )
+    .await;
+    let mut kept = scenario.open_shell().await;
+    kept.type_text("echo BEFORE$((1+1))\n").await;
+    kept.expect_output("BEFORE2").await;
+    let mut left = scenario.open_shell().await;
+    left.type_text("echo LEFT$((1+2))\n").await;
+    left.expect_output("LEFT3").await;
+    {
+        let cluster = scenario.cluster.as_ref().expect("cluster");
+        for node in [&scenario.server, cluster.b(), cluster.c()] {
+            for id in [kept.session_id, left.session_id] {
+                let sides = node.state.relay().sides(id);
+                assert!(!sides.device && !sides.host, "relayed on P only: {sides:?}");
+            }
+        }
+    }
+
+    scenario
+        .cluster
+        .as_mut()
+        .expect("cluster")
+        .process
+        .as_mut()
+        .expect("process node")
+        .kill();
+    let (kept_id, left_id) = (kept.session_id, left.session_id);
+    drop((kept, left));
+    assert_eq!(scenario.session_row(kept_id).await.0, "active");
+
+    let size = TerminalSize::new(100, 30).expect("size");
+    let mut again = scenario.attach(&scenario.owner, kept_id, size).await;
+    let replay = again.expect_replay().await;
+    assert!(
+        String::from_utf8_lossy(&replay).contains("BEFORE2"),
+        "replay: {:?}",
+        String::from_utf8_lossy(&replay)
+    );
+    again.type_text("echo AFTER$((2+2))\n").await;
+    again.expect_output("AFTER4").await;
+    let sides = scenario
+        .cluster
+        .as_ref()
+        .expect("cluster")
+        .c()
+        .state
+        .relay()
+        .sides(kept_id);
+    assert!(sides.device && sides.host, "both sides on C now: {sides:?}");
+
+    let (reason, detail) = scenario.closed(left_id).await;
+    assert_eq!((reason.as_str(), detail), ("detach_expired", None));
+    again.type_text("exit 0\n").await;
+    assert_eq!(again.expect_exit().await, 0);
+    assert_eq!(scenario.closed(kept_id).await.0, "process_exited");
 }

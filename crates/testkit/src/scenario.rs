@@ -40,6 +40,7 @@ use crate::users::TestUser;
 use crate::wait::{eventually, try_eventually};
 use crate::ws::Ws;
 
+pub mod bulk;
 pub mod cluster;
 pub use crate::machine::{ScenarioDir, bothy_host, close_foreign_homes};
 
@@ -94,6 +95,10 @@ pub struct Options {
     /// process, which the edge prefers for the control connection (node B
     /// its backup), so a test can kill it (TM-T16).
     pub control_process: bool,
+    /// With [`Options::cluster`]: a fourth node as its own `bothy-server`
+    /// process, which the edge prefers for both stream paths (node C its
+    /// backup), so a test can kill the node that relays a session (TM-T16).
+    pub streams_process: bool,
 }
 
 impl Default for Options {
@@ -109,6 +114,7 @@ impl Default for Options {
             own_network: false,
             cluster: false,
             control_process: false,
+            streams_process: false,
         }
     }
 }
@@ -322,8 +328,18 @@ impl Scenario {
         let follower = follow_real_time(Arc::clone(&server.clock));
         let cluster = if options.cluster {
             Some(
-                cluster::Cluster::start(&server, &yaml, real_now_ms(), options.control_process)
-                    .await,
+                cluster::Cluster::start(
+                    &server,
+                    &yaml,
+                    real_now_ms(),
+                    match (options.control_process, options.streams_process) {
+                        (false, false) => None,
+                        (true, false) => Some(cluster::Role::Control),
+                        (false, true) => Some(cluster::Role::Streams),
+                        (true, true) => panic!("one process node: control or streams"),
+                    },
+                )
+                .await,
             )
         } else {
             None

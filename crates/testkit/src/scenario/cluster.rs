@@ -12,7 +12,11 @@
 //! hashed by `$session_id consistent`) with its upstreams pinned so a test
 //! knows where each connection lands: the control connection
 //! (`/api/v1/hosts/connect`) on B, both stream paths on C (a hash upstream of
-//! one node), everything else round-robin over A, B and C. nginx terminates
+//! one node), everything else round-robin over A, B and C; with a process
+//! node P ([`Role`]) the edge prefers P for the control connection or for
+//! the streams, with B or C as its backup, so a test can kill the node that
+//! holds them. `deploy/nginx/bothy.conf` itself, unchanged but for its
+//! addresses, runs in [`Edge::start_shipped`]. nginx terminates
 //! TLS with a certificate for `localhost` issued by `openssl` from the same
 //! CA, and verifies the nodes' certificates against it.
 
@@ -36,10 +40,11 @@ pub struct Cluster {
     /// Node B (the control connection's node) and node C (the streams').
     pub nodes: Vec<TestServer>,
     followers: Vec<tokio::task::JoinHandle<()>>,
-    /// Node P ([`super::Options::control_process`]): a real `bothy-server`
-    /// process that the edge prefers for the control connection, B its
-    /// backup.
-    pub control_process: Option<ServerProcess>,
+    /// Node P ([`super::Options::control_process`] or
+    /// [`super::Options::streams_process`]): a real `bothy-server` process
+    /// that the edge prefers for the control connection (B its backup) or
+    /// for both stream paths (C its backup).
+    pub process: Option<ServerProcess>,
     /// nginx in front of A, B and C (and P).
     pub edge: Edge,
 }
@@ -52,14 +57,23 @@ impl std::fmt::Debug for Cluster {
     }
 }
 
+/// What the edge prefers the process node P for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The host's control connection (node B its backup).
+    Control,
+    /// Both stream paths (node C its backup).
+    Streams,
+}
+
 impl Cluster {
     /// Starts B and C beside `a` with `yaml` (which names `cluster.mode:
-    /// multi`) and the edge in front of the three.
+    /// multi`), P if `process` names its role, and the edge in front.
     pub async fn start(
         a: &TestServer,
         yaml: &str,
         start_ms: i64,
-        control_process: bool,
+        process: Option<Role>,
     ) -> Cluster {
         let mut nodes = Vec::new();
         let mut followers = Vec::new();
@@ -89,29 +103,38 @@ impl Cluster {
             followers.push(super::follow_real_time(Arc::clone(&node.clock)));
             nodes.push(node);
         }
-        let process = if control_process {
-            Some(ServerProcess::start(a, yaml).await)
-        } else {
-            None
+        let node = match process {
+            Some(_) => Some(ServerProcess::start(a, yaml).await),
+            None => None,
         };
-        let control = match &process {
-            Some(p) => format!(
-                "        server 127.0.0.1:{};\n        server 127.0.0.1:{} backup;\n",
-                p.port, nodes[0].port
+        // A preferred node with a backup, or one node.
+        let pinned = |role: Role, own: u16| match (&node, process) {
+            (Some(p), Some(r)) if r == role => format!(
+                "        server 127.0.0.1:{};\n        server 127.0.0.1:{own} backup;\n",
+                p.port
             ),
-            None => format!("        server 127.0.0.1:{};\n", nodes[0].port),
+            _ => format!("        server 127.0.0.1:{own};\n"),
+        };
+        // The hash of the shipped configuration where one node serves the
+        // streams (nginx allows no backup server beside `hash`).
+        let streams = match process {
+            Some(Role::Streams) => pinned(Role::Streams, nodes[1].port),
+            _ => format!(
+                "        hash $bothy_session_id consistent;\n{}",
+                pinned(Role::Streams, nodes[1].port)
+            ),
         };
         let edge = Edge::start(
             &a.data_dir().join("tls"),
             &[a.port, nodes[0].port, nodes[1].port],
-            &control,
-            nodes[1].port,
+            &pinned(Role::Control, nodes[0].port),
+            &streams,
         )
         .await;
         Cluster {
             nodes,
             followers,
-            control_process: process,
+            process: node,
             edge,
         }
     }
@@ -147,7 +170,11 @@ pub struct ServerProcess {
 }
 
 impl ServerProcess {
-    async fn start(a: &TestServer, yaml: &str) -> ServerProcess {
+    /// Starts a node beside `a` on its database with `yaml` (top-level
+    /// sections other than `server` and `database`; a `terminal:` section
+    /// gets `sweep_interval: 365d` unless it names one) and waits until it
+    /// listens. Its clock is the real one.
+    pub async fn start(a: &TestServer, yaml: &str) -> ServerProcess {
         let dir = tempfile::tempdir().expect("process node directory");
         let data = dir.path().join("data");
         fs::create_dir(&data).expect("data directory");
@@ -265,6 +292,19 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
+/// One request in the edge's access log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Access {
+    /// `$remote_addr`: the client's address as the edge saw it.
+    pub client: String,
+    /// `$status`.
+    pub status: u16,
+    /// `$upstream_addr`: the node that answered (`-` for none).
+    pub upstream: String,
+    /// `$uri`.
+    pub uri: String,
+}
+
 /// Debian's nginx, started by the test.
 #[derive(Debug)]
 pub struct Edge {
@@ -279,8 +319,9 @@ pub struct Edge {
 impl Edge {
     /// Issues a certificate for `localhost` from the CA in `ca_dir` and starts
     /// nginx: `control` for the control connection, `streams` for both stream
-    /// paths (hashed), `api` round-robin for everything else.
-    pub async fn start(ca_dir: &Path, api: &[u16], control: &str, streams: u16) -> Edge {
+    /// paths (its server lines, with or without `hash`), `api` round-robin
+    /// for everything else.
+    pub async fn start(ca_dir: &Path, api: &[u16], control: &str, streams: &str) -> Edge {
         let dir = tempfile::tempdir().expect("edge directory");
         let path = dir.path();
         let ca_file = path.join("ca.pem");
@@ -301,8 +342,77 @@ impl Edge {
             port = port,
             api = upstream(api),
             control = control,
-            streams = upstream(&[streams]),
+            streams = streams,
         );
+        Edge::spawn(dir, port, ca_file, &config).await
+    }
+
+    /// `deploy/nginx/bothy.conf` exactly as shipped in front of `nodes` (on
+    /// 127.0.0.1): only its node addresses, its listen line (127.0.0.1 and a
+    /// free port instead of port 443 on every address) and its certificate
+    /// paths are replaced, each of them checked to be there, so a change of
+    /// the shipped file reaches the tests or fails them. The main
+    /// configuration around it is what Debian's `nginx.conf` gives (an
+    /// `http` block that includes it), with a test's own paths and an access
+    /// log of `$remote_addr $status $upstream_addr $uri`
+    /// ([`Edge::access_log`]).
+    pub async fn start_shipped(ca_dir: &Path, nodes: &[u16]) -> Edge {
+        let dir = tempfile::tempdir().expect("edge directory");
+        let path = dir.path();
+        let ca_file = path.join("ca.pem");
+        fs::copy(ca_dir.join("ca.pem"), &ca_file).expect("CA copy");
+        issue_certificate(ca_dir, path);
+        fs::create_dir_all(path.join("tmp")).expect("tmp");
+        fs::create_dir_all(path.join("logs")).expect("logs");
+        let port = free_port();
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/nginx/bothy.conf");
+        let shipped =
+            fs::read_to_string(&shipped).unwrap_or_else(|e| panic!("{}: {e}", shipped.display()));
+        let servers: String = nodes
+            .iter()
+            .map(|p| format!("    server 127.0.0.1:{p};\n"))
+            .collect();
+        let in_dir = |name: &str| path.join(name).display().to_string();
+        let mut site = shipped;
+        for (from, to, times) in [
+            (
+                "    server 10.0.0.11:8443;\n    server 10.0.0.12:8443;\n",
+                servers,
+                2,
+            ),
+            (
+                "    listen 443 ssl http2;\n",
+                format!("    listen 127.0.0.1:{port} ssl http2;\n"),
+                1,
+            ),
+            ("    listen [::]:443 ssl http2;\n", String::new(), 1),
+            ("/etc/ssl/bothy/fullchain.pem", in_dir("edge.pem"), 1),
+            ("/etc/ssl/bothy/privkey.pem", in_dir("edge.key"), 1),
+            ("/etc/ssl/bothy/nodes-ca.pem", in_dir("ca.pem"), 1),
+        ] {
+            assert_eq!(
+                site.matches(from).count(),
+                times,
+                "deploy/nginx/bothy.conf no longer has {from:?} {times} time(s): update Edge::start_shipped"
+            );
+            site = site.replace(from, &to);
+        }
+        fs::write(path.join("bothy.conf"), site).expect("bothy.conf");
+        let config = format!(
+            "user root;\nworker_processes 1;\npid {dir}/nginx.pid;\nerror_log {dir}/logs/error.log info;\n\
+             events {{\n    worker_connections 1024;\n}}\n\
+             http {{\n    log_format bothy_test '$remote_addr $status $upstream_addr $uri';\n    \
+             access_log {dir}/logs/access.log bothy_test;\n    \
+             client_body_temp_path {dir}/tmp/body;\n    proxy_temp_path {dir}/tmp/proxy;\n    \
+             include {dir}/bothy.conf;\n}}\n",
+            dir = path.display()
+        );
+        Edge::spawn(dir, port, ca_file, &config).await
+    }
+
+    /// Writes `config` as the main configuration into `dir` and starts nginx.
+    async fn spawn(dir: tempfile::TempDir, port: u16, ca_file: PathBuf, config: &str) -> Edge {
+        let path = dir.path();
         fs::write(path.join("nginx.conf"), config).expect("nginx.conf");
         let child = Command::new("nginx")
             .arg("-p")
@@ -354,6 +464,37 @@ impl Edge {
     /// `https://localhost:<port>`.
     pub fn base(&self) -> String {
         format!("https://localhost:{}", self.port)
+    }
+
+    /// The access log so far, one [`Access`] a request (the log format of
+    /// [`Edge::start_shipped`]; empty for [`Edge::start`]).
+    pub fn access_log(&self) -> Vec<Access> {
+        fs::read_to_string(self.dir.path().join("logs/access.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split(' ');
+                Some(Access {
+                    client: fields.next()?.to_owned(),
+                    status: fields.next()?.parse().ok()?,
+                    upstream: fields.next()?.to_owned(),
+                    uri: fields.next()?.to_owned(),
+                })
+            })
+            .collect()
+    }
+
+    /// A client of the edge from `from` (a loopback address such as
+    /// 127.0.0.2: another client as the edge sees it), trusting its CA.
+    pub fn client_from(&self, from: std::net::IpAddr) -> reqwest::Client {
+        crate::server::client_builder_trusting(&self.ca_file)
+            .local_address(from)
+            .resolve(
+                "localhost",
+                std::net::SocketAddr::from(([127, 0, 0, 1], self.port)),
+            )
+            .build()
+            .expect("client")
     }
 
     /// nginx's error log so far.

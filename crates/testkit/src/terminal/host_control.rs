@@ -55,9 +55,23 @@ pub enum Received {
 impl HostControl {
     /// Opens the connection and reads hello.
     pub async fn connect(server: &TestServer) -> HostControl {
-        let mut ws = ws::connect(server, CONNECT_PATH, None)
-            .await
-            .unwrap_or_else(|refused| panic!("upgrade refused: {refused:?}"));
+        HostControl::connect_to(server.port, &server.ca_file).await
+    }
+
+    /// [`HostControl::connect`] to `localhost:port` trusting `ca_file`: a
+    /// server that is no [`TestServer`] of this process (a node of its own
+    /// process, [`crate::scenario::cluster::ServerProcess`]).
+    pub async fn connect_to(port: u16, ca_file: &std::path::Path) -> HostControl {
+        let mut ws = ws::connect_to(
+            port,
+            ca_file,
+            CONNECT_PATH,
+            None,
+            ws::Options::default(),
+            &[],
+        )
+        .await
+        .unwrap_or_else(|refused| panic!("upgrade refused: {refused:?}"));
         let hello = match next_message(&mut ws).await {
             Received::Message(ServerMessage::Hello(hello)) => hello,
             other => panic!("expected hello, got {other:?}"),
