@@ -346,3 +346,69 @@ pub struct HostSessionUser {
     /// The session user's name on the host.
     pub os_user: String,
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn host() -> Host {
+        Host {
+            id: "h".into(),
+            name: "n".into(),
+            state: "pairing".into(),
+            disabled_reason: None,
+            disabled_at: None,
+            assigned_user_id: None,
+            noise_public_key: None,
+            key_fingerprint: None,
+            key_generation: 0,
+            pairing_expires_at: Some(5),
+            llm_credentials: "none".into(),
+            credential_holder_id: None,
+            declared_server_host: None,
+            is_server_host: false,
+            reported_session_users: None,
+            reported_profiles: None,
+            reported_doctor: None,
+            reported_is_server_host: None,
+            reported_require_local_confirm: None,
+            reported_host_version: None,
+            reported_platform: None,
+            reported_os_version: None,
+            last_seen_at: None,
+            version: 1,
+            created_at: 2,
+            updated_at: 3,
+            session_users: Vec::new(),
+            connected: None,
+        }
+    }
+
+    #[test]
+    fn an_absent_member_is_left_out_never_null() {
+        let text = serde_json::to_string(&host()).unwrap();
+        assert!(!text.contains("null"), "{text}");
+        assert!(!text.contains("connected"), "{text}");
+        let change = UpdateHostRequest {
+            state: Some("disabled".into()),
+            reason: "r".into(),
+            step_up_id: "s".into(),
+            ..UpdateHostRequest::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&change).unwrap(),
+            r#"{"state":"disabled","reason":"r","step_up_id":"s"}"#
+        );
+    }
+
+    #[test]
+    fn a_pairing_code_never_shows_in_debug() {
+        let issued = HostWithCode {
+            host: host(),
+            pairing_code: "bothy_hpc_canary7f3a_x".into(),
+        };
+        assert!(!format!("{issued:?}").contains("canary7f3a"));
+    }
+}
