@@ -168,7 +168,7 @@ pub struct FieldProblem {
 enum CodeMember {
     /// A string schema with exactly these values (in place of the member's
     /// schema, as `schema_with` would write it).
-    Values(Object),
+    Values(Box<Object>),
     /// A reference to a code schema of [`code_schemas!`], keeping the member's
     /// description.
     Named(&'static str),
@@ -178,29 +178,30 @@ enum CodeMember {
 /// crate knows no server enum, so their values (or the schema named for the
 /// enum) are put in here, read from the enums' `ALL` as before (D-610).
 fn code_member_table() -> Vec<(&'static str, &'static str, CodeMember)> {
-    use CodeMember::{Named, Values};
+    use CodeMember::Named;
+    let values = |object: Object| CodeMember::Values(Box::new(object));
     vec![
         (
             "CreateGrantRequest",
             "recipient_kind",
-            Values(codes(RecipientKind::ALL)),
+            values(codes(RecipientKind::ALL)),
         ),
-        ("Grant", "recipient_kind", Values(codes(RecipientKind::ALL))),
-        ("GrantPreview", "hint", Values(codes(PreviewHint::ALL))),
+        ("Grant", "recipient_kind", values(codes(RecipientKind::ALL))),
+        ("GrantPreview", "hint", values(codes(PreviewHint::ALL))),
         (
             "ConfirmHostRequest",
             "llm_credentials",
-            Values(codes(LlmCredentials::ALL)),
+            values(codes(LlmCredentials::ALL)),
         ),
         (
             "SetHostLlmCredentialsRequest",
             "llm_credentials",
-            Values(codes(LlmCredentials::ALL)),
+            values(codes(LlmCredentials::ALL)),
         ),
         (
             "UpdateHostRequest",
             "state",
-            Values(string_enum(["disabled", "active", "retired"])),
+            values(string_enum(["disabled", "active", "retired"])),
         ),
         ("AuditEntry", "action", Named("AuditAction")),
         ("AuditEntry", "decision", Named("Decision")),
@@ -224,7 +225,7 @@ pub fn code_members(document: &mut OpenApi) {
             continue;
         };
         *property = match code {
-            CodeMember::Values(values) => RefOr::T(Schema::Object(values)),
+            CodeMember::Values(values) => RefOr::T(Schema::Object(*values)),
             CodeMember::Named(name) => {
                 let description = match property {
                     RefOr::T(Schema::Object(old)) => old.description.clone().unwrap_or_default(),
