@@ -7,6 +7,9 @@
 //! and `bothy_proto::json::Object`), never through serde types, so the schema
 //! types of the document are doc-only: each route file declares, next to its
 //! handlers, structs that name exactly the members the handler reads and writes.
+//! The families that moved to `bothy-api` (terminal sessions, hosts, grants,
+//! groups, audit) take those structs from there: the handlers answer with the
+//! same types, and [`code_members`] supplies their closed lists.
 //! Closed lists of codes (roles, problem codes, audit actions, ...) are read from
 //! the enums themselves (`ALL`), so they cannot drift either.
 //!
