@@ -15,9 +15,19 @@
 //! them where it needs a `Uuid`.
 //!
 //! # Layout
+//! - [`audit`]: the audit log's page of entries (`details` stays a JSON object).
 //! - [`auth`]: the password rule both sides apply.
+//! - [`grants`]: grants of terminal on hosts — create (with its preview),
+//!   revoke, list.
+//! - [`groups`]: groups of persons and their members.
+//! - [`hosts`]: hosts — create, pairing code, host.pair, confirm, the changes
+//!   and the reads; the `Host` a reader sees.
 //! - [`terminal`]: terminal sessions — open, attach (with the quick-reattach
 //!   challenge), close, and the reads.
 
+pub mod audit;
 pub mod auth;
+pub mod grants;
+pub mod groups;
+pub mod hosts;
 pub mod terminal;

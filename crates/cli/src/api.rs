@@ -51,12 +51,6 @@ impl Api {
         Ok(self.call(Method::GET, path, &[], None).await?.0)
     }
 
-    /// `GET path` and the list `key` of its answer (`hosts`, `grants`).
-    pub async fn list(&self, path: &str, key: &str) -> Result<Vec<Value>, ClientError> {
-        let answer = self.get(path).await?;
-        list_of(&answer, key)
-    }
-
     /// `GET path` with the `ETag` of the answer (a host's version).
     pub async fn get_versioned(&self, path: &str) -> Result<(Value, String), ClientError> {
         let (value, etag) = self.call(Method::GET, path, &[], None).await?;
@@ -112,6 +106,20 @@ impl Api {
             .0)
     }
 
+    /// `method path` with a body of `bothy-api` and `If-Match: etag`, the
+    /// answer read as `T`.
+    pub async fn send_if_match_as<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: &impl Serialize,
+        etag: &str,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_value(body)
+            .map_err(|_| ClientError::Protocol("a request that does not encode".into()))?;
+        typed(self.send_if_match(method, path, &body, etag).await?)
+    }
+
     async fn call(
         &self,
         method: Method,
@@ -147,18 +155,6 @@ impl Api {
         })?;
         Ok((value, reply.etag))
     }
-}
-
-/// The list `key` of an answer.
-fn list_of(answer: &Value, key: &str) -> Result<Vec<Value>, ClientError> {
-    answer
-        .get(key)
-        .and_then(Value::as_array)
-        .cloned()
-        .ok_or_else(|| {
-            let item = key.strip_suffix('s').unwrap_or(key);
-            ClientError::Protocol(format!("the {item} list lacks {key}"))
-        })
 }
 
 /// An answer read as a type of `bothy-api`. The error names what is wrong

@@ -38,10 +38,10 @@ use bothy_proto::stream;
 use crate::api::Api;
 use crate::cli::Alive;
 use crate::close::Reaction;
-use crate::commands::common::{
-    TRIES, color_enabled, logged_in, step_up, step_up_id, totp_form, uuid_of,
+use crate::commands::common::{TRIES, color_enabled, logged_in, step_up, step_up_id, totp_form};
+use crate::commands::hosts::{
+    check_foreign_assignee, check_pin, host_uuid, offered_pin, resolve_host,
 };
-use crate::commands::hosts::{check_foreign_assignee, check_pin, offered_pin, resolve_host};
 use crate::commands::sessions::{list_sessions, resolve_session, session_uuid};
 use crate::dirs::Dirs;
 use crate::error::{ClientError, EXIT_SESSION_FAILURE};
@@ -67,7 +67,7 @@ pub async fn open(
 ) -> Result<i32, ClientError> {
     let (stored, api) = logged_in(dirs)?;
     let host = resolve_host(&api, wanted).await?;
-    let host_id = uuid_of(&host, "id")?;
+    let host_id = host_uuid(&host)?;
     let offered = offered_pin(&host)?;
     let pin_changed = pin_check(dirs, &stored, host_id, &offered)?;
     check_foreign_assignee(&api, &host).await?;
@@ -127,8 +127,7 @@ pub async fn attach(
     }
     let host_id = Uuid::parse_str(&row.host_id)
         .map_err(|_| ClientError::Protocol("a host_id that is no UUID".into()))?;
-    let host = api.get(&format!("/api/v1/hosts/{host_id}")).await?;
-    let host = host.get("host").cloned().unwrap_or(host);
+    let host: bothy_api::hosts::Host = api.get_as(&format!("/api/v1/hosts/{host_id}")).await?;
     let offered = offered_pin(&host)?;
     let pin_changed = pin_check(dirs, &stored, host_id, &offered)?;
     let session = Session {
@@ -172,7 +171,7 @@ const DETACH_NOTICE: Duration = Duration::from_secs(3);
 /// The person's only detached session (on the host `host`, when named).
 async fn only_detached(api: &Api, host: Option<&str>) -> Result<TerminalSession, ClientError> {
     let host_id = match host {
-        Some(wanted) => Some(uuid_of(&resolve_host(api, wanted).await?, "id")?),
+        Some(wanted) => Some(host_uuid(&resolve_host(api, wanted).await?)?),
         None => None,
     };
     // A client that was just killed (or lost its connection) leaves its

@@ -25,7 +25,6 @@
 //! - [`attach`]: open and attach a session, keep it attached (quick reattach,
 //!   reattach after a loss or a server restart).
 //! - [`display`]: times, IDs and fingerprints as listings show them.
-//! - [`host_admin`]: `bothy host ...`, host administration for owners.
 #![deny(unsafe_code)]
 
 pub mod api;
@@ -38,7 +37,6 @@ pub mod display;
 pub mod error;
 pub mod escape;
 pub mod filter;
-pub mod host_admin;
 pub mod login;
 pub mod pins;
 pub mod problem;

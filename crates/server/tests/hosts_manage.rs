@@ -234,7 +234,7 @@ async fn host_now(server: &TestServer, host_id: &str) -> Value {
     let mut conn = server.state.db().pool().acquire().await.unwrap();
     let id = bothy_proto::ids::parse_uuid(host_id).unwrap();
     let host = hosts::load(&mut conn, id).await.unwrap().expect("the host");
-    session_users::host_json(&mut conn, &host).await.unwrap()
+    serde_json::to_value(session_users::host_view(&mut conn, &host).await.unwrap()).unwrap()
 }
 
 /// What a test compares to say "nothing changed": the host as a reader sees

@@ -5,7 +5,6 @@
 use std::io::IsTerminal;
 
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use bothy_net::ServerUrl;
 
@@ -99,13 +98,6 @@ pub(crate) fn step_up_id(answer: &Value) -> Result<String, ClientError> {
         .and_then(Value::as_str)
         .map(str::to_owned)
         .ok_or_else(|| ClientError::Protocol("the step-up lacks step_up_id".into()))
-}
-
-pub(crate) fn uuid_of(host: &Value, key: &str) -> Result<Uuid, ClientError> {
-    host.get(key)
-        .and_then(Value::as_str)
-        .and_then(|text| Uuid::parse_str(text).ok())
-        .ok_or_else(|| ClientError::Protocol(format!("no {key} in the answer")))
 }
 
 #[cfg(test)]

@@ -1,9 +1,13 @@
 //! The hosts as the person sees them: `bothy hosts`, `host show`, the
 //! lookup of a host by ID or name, the pin check of 5.5 and the 8.4 warning.
 
+use bothy_api::hosts::{Host, HostList};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+use uuid::Uuid;
 
-use super::common::{logged_in, print_json, uuid_of};
+use super::common::{logged_in, print_json};
 use crate::api::Api;
 use crate::dirs::Dirs;
 use crate::display::{format_time, short_fingerprint};
@@ -12,49 +16,71 @@ use crate::pins::{Pin, PinCheck, Pins};
 use crate::prompt::Tty;
 
 /// The badge of the LLM login (12, "Every client shows").
-pub(crate) fn llm_badge(host: &Value) -> &'static str {
-    match host.get("llm_credentials").and_then(Value::as_str) {
-        Some("personal") => "Personal",
-        Some("organization") => "Organization",
+pub(crate) fn llm_badge(host: &Host) -> &'static str {
+    match host.llm_credentials.as_str() {
+        "personal" => "Personal",
+        "organization" => "Organization",
         _ => "None",
     }
 }
 
-pub(crate) async fn list_hosts(api: &Api) -> Result<Vec<Value>, ClientError> {
-    api.list("/api/v1/hosts", "hosts").await
+pub(crate) async fn list_hosts(api: &Api) -> Result<Vec<Host>, ClientError> {
+    Ok(api.get_as::<HostList>("/api/v1/hosts").await?.hosts)
 }
 
-/// The list `key` at `path`, of the host named `host` only where one is
-/// named (`?host_id=`).
-pub(crate) async fn list_of_host(
+/// The host's ID as a UUID.
+pub(crate) fn host_uuid(host: &Host) -> Result<Uuid, ClientError> {
+    Uuid::parse_str(&host.id).map_err(|_| ClientError::Protocol("no id in the answer".into()))
+}
+
+/// The host of `hosts` with the ID `host_id`.
+pub(crate) fn host_named<'h>(hosts: &'h [Host], host_id: &str) -> Option<&'h Host> {
+    hosts.iter().find(|host| host.id == host_id)
+}
+
+/// A typed answer as JSON for `--json` (the members the server sent).
+pub(crate) fn json_of(value: &impl Serialize) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+/// The names of the session users the host reported last.
+pub(crate) fn reported_session_users(host: &Host) -> Vec<String> {
+    host.reported_session_users
+        .as_ref()
+        .and_then(Value::as_array)
+        .map(|users| {
+            users
+                .iter()
+                .filter_map(|u| u.get("name").and_then(Value::as_str).map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The answer of the list at `path`, of the host named `host` only where one
+/// is named (`?host_id=`).
+pub(crate) async fn list_of_host<T: DeserializeOwned>(
     api: &Api,
     path: &str,
-    key: &str,
     host: Option<&str>,
-) -> Result<Vec<Value>, ClientError> {
+) -> Result<T, ClientError> {
     let path = match host {
         Some(wanted) => {
             let host = resolve_host(api, wanted).await?;
-            format!("{path}?host_id={}", uuid_of(&host, "id")?)
+            format!("{path}?host_id={}", host_uuid(&host)?)
         }
         None => path.to_owned(),
     };
-    api.list(&path, key).await
+    api.get_as(&path).await
 }
 
 /// The host named `wanted` (an ID, or a name that only one host has).
-pub(crate) async fn resolve_host(api: &Api, wanted: &str) -> Result<Value, ClientError> {
+pub(crate) async fn resolve_host(api: &Api, wanted: &str) -> Result<Host, ClientError> {
     let hosts = list_hosts(api).await?;
-    let by_id = hosts
-        .iter()
-        .find(|h| h.get("id").and_then(Value::as_str) == Some(wanted));
-    if let Some(host) = by_id {
+    if let Some(host) = host_named(&hosts, wanted) {
         return Ok(host.clone());
     }
-    let named: Vec<&Value> = hosts
-        .iter()
-        .filter(|h| h.get("name").and_then(Value::as_str) == Some(wanted))
-        .collect();
+    let named: Vec<&Host> = hosts.iter().filter(|h| h.name == wanted).collect();
     match named.as_slice() {
         [one] => Ok((*one).clone()),
         [] => Err(ClientError::UnknownHost(wanted.to_owned())),
@@ -68,7 +94,7 @@ pub(super) async fn hosts(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError
     let (_, api) = logged_in(dirs)?;
     let hosts = list_hosts(&api).await?;
     if as_json {
-        print_json(Value::Array(hosts));
+        print_json(json_of(&hosts));
         return Ok(EXIT_OK);
     }
     println!(
@@ -76,16 +102,15 @@ pub(super) async fn hosts(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError
         "ID", "NAME", "STATE", "CONNECTED", "LLM"
     );
     for host in &hosts {
-        let text = |key: &str| host.get(key).and_then(Value::as_str).unwrap_or("-");
-        let connected = host.get("connected").and_then(Value::as_bool) == Some(true);
+        let connected = host.connected == Some(true);
         println!(
             "{:<36}  {:<20}  {:<10}  {:<9}  {:<12}  {}",
-            text("id"),
-            text("name"),
-            text("state"),
+            host.id,
+            host.name,
+            host.state,
             if connected { "yes" } else { "no" },
             llm_badge(host),
-            short_fingerprint(text("key_fingerprint")),
+            short_fingerprint(host.key_fingerprint.as_deref().unwrap_or("-")),
         );
     }
     Ok(EXIT_OK)
@@ -95,54 +120,46 @@ pub(super) async fn hosts(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError
 /// whole fingerprint included.
 pub(crate) async fn host_show(api: &Api, wanted: &str, as_json: bool) -> Result<i32, ClientError> {
     let host = resolve_host(api, wanted).await?;
-    let host_id = uuid_of(&host, "id")?;
-    let host = api.get(&format!("/api/v1/hosts/{host_id}")).await?;
-    let host = host.get("host").cloned().unwrap_or(host);
+    let host_id = host_uuid(&host)?;
+    let host: Host = api.get_as(&format!("/api/v1/hosts/{host_id}")).await?;
     if as_json {
-        print_json(host);
+        print_json(json_of(&host));
         return Ok(EXIT_OK);
     }
-    let text = |key: &str| host.get(key).and_then(Value::as_str).unwrap_or("-");
-    let connected = host.get("connected").and_then(Value::as_bool) == Some(true);
-    println!("name          {}", text("name"));
-    println!("id            {}", text("id"));
-    println!("state         {}", text("state"));
+    let connected = host.connected == Some(true);
+    println!("name          {}", host.name);
+    println!("id            {}", host.id);
+    println!("state         {}", host.state);
     println!("connected     {}", if connected { "yes" } else { "no" });
     println!("LLM login     {}", llm_badge(&host));
-    println!("fingerprint   {}", text("key_fingerprint"));
-    if let Some(generation) = host.get("key_generation").and_then(Value::as_i64) {
-        println!("key generation {generation}");
+    println!(
+        "fingerprint   {}",
+        host.key_fingerprint.as_deref().unwrap_or("-")
+    );
+    println!("key generation {}", host.key_generation);
+    if host
+        .reported_session_users
+        .as_ref()
+        .is_some_and(Value::is_array)
+    {
+        println!("session users {}", reported_session_users(&host).join(", "));
     }
-    if let Some(users) = host.get("reported_session_users").and_then(Value::as_array) {
-        let names: Vec<&str> = users
-            .iter()
-            .filter_map(|u| u.get("name").and_then(Value::as_str))
-            .collect();
-        println!("session users {}", names.join(", "));
-    }
-    if let Some(seen) = host.get("last_seen_at").and_then(Value::as_i64) {
+    if let Some(seen) = host.last_seen_at {
         println!("last seen     {} UTC", format_time(seen));
     }
     Ok(EXIT_OK)
 }
 
 /// The key the host list names for the host, as a pin.
-pub(crate) fn offered_pin(host: &Value) -> Result<Pin, ClientError> {
+pub(crate) fn offered_pin(host: &Host) -> Result<Pin, ClientError> {
     let key = host
-        .get("noise_public_key")
-        .and_then(Value::as_str)
+        .noise_public_key
+        .as_deref()
         .ok_or_else(|| ClientError::Protocol("the host has no key: it is not paired".into()))?;
     Ok(Pin {
         noise_public_key: key.to_owned(),
-        key_generation: host
-            .get("key_generation")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
-        key_fingerprint: host
-            .get("key_fingerprint")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_owned(),
+        key_generation: host.key_generation,
+        key_fingerprint: host.key_fingerprint.clone().unwrap_or_default(),
     })
 }
 
@@ -186,8 +203,8 @@ pub(crate) fn check_pin(
 }
 
 /// The warning of 8.4: an owner on a host assigned to another person.
-pub(crate) async fn check_foreign_assignee(api: &Api, host: &Value) -> Result<(), ClientError> {
-    let Some(assignee) = host.get("assigned_user_id").and_then(Value::as_str) else {
+pub(crate) async fn check_foreign_assignee(api: &Api, host: &Host) -> Result<(), ClientError> {
+    let Some(assignee) = host.assigned_user_id.as_deref() else {
         return Ok(());
     };
     let me = api.get("/api/v1/auth/session").await?;

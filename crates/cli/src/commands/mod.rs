@@ -8,12 +8,14 @@
 //! - [`account`]: `enroll`, `login`, `logout`, `whoami`.
 //! - [`hosts`]: `hosts`, `host show`, the host lookup, the pin check, 8.4.
 //! - [`sessions`]: `sessions`, `close`, the session lookup and list.
+//! - [`host_admin`]: `bothy host ...`, grants, persons: administration for
+//!   owners.
 //!
-//! `open` and `attach` are [`crate::attach`]'s; host and person
-//! administration is [`crate::host_admin`]'s.
+//! `open` and `attach` are [`crate::attach`]'s.
 
 pub mod account;
 pub mod common;
+pub mod host_admin;
 pub mod hosts;
 pub mod sessions;
 
@@ -86,17 +88,15 @@ async fn dispatch(command: Command) -> Result<i32, ClientError> {
             alive,
         } => crate::attach::attach(&dirs, session.as_deref(), host.as_deref(), alive).await,
         Command::Close { session } => sessions::close(&dirs, &session).await,
-        Command::Host { action } => crate::host_admin::run(&dirs, action).await,
+        Command::Host { action } => host_admin::run(&dirs, action).await,
         Command::Grant {
             host,
             person,
             group,
-        } => crate::host_admin::grant(&dirs, &host, person.as_deref(), group.as_deref()).await,
-        Command::Grants { host, json } => {
-            crate::host_admin::grants(&dirs, host.as_deref(), json).await
-        }
-        Command::Revoke { grant } => crate::host_admin::revoke(&dirs, &grant).await,
-        Command::Person { action } => crate::host_admin::person(&dirs, action).await,
+        } => host_admin::grant(&dirs, &host, person.as_deref(), group.as_deref()).await,
+        Command::Grants { host, json } => host_admin::grants(&dirs, host.as_deref(), json).await,
+        Command::Revoke { grant } => host_admin::revoke(&dirs, &grant).await,
+        Command::Person { action } => host_admin::person(&dirs, action).await,
         // Answered above, before the folders are needed.
         Command::Completions { .. } => Ok(EXIT_OK),
     }

@@ -6,8 +6,8 @@ use uuid::Uuid;
 
 use bothy_api::terminal::{ClosedTerminalSession, TerminalSession, TerminalSessionList};
 
-use super::common::{logged_in, print_json, uuid_of};
-use super::hosts::{list_hosts, llm_badge, resolve_host};
+use super::common::{logged_in, print_json};
+use super::hosts::{host_named, host_uuid, list_hosts, llm_badge, resolve_host};
 use crate::api::Api;
 use crate::dirs::Dirs;
 use crate::display::{format_duration, format_time, short_fingerprint, short_id};
@@ -111,7 +111,7 @@ pub(super) async fn sessions(
     let (_, api) = logged_in(dirs)?;
     let hosts = list_hosts(&api).await?;
     let host_id = match host {
-        Some(wanted) => Some(uuid_of(&resolve_host(&api, wanted).await?, "id")?),
+        Some(wanted) => Some(host_uuid(&resolve_host(&api, wanted).await?)?),
         None => None,
     };
     let sessions = list_sessions(&api, host_id, all, page_size).await?;
@@ -119,10 +119,7 @@ pub(super) async fn sessions(
         let named: Vec<Value> = sessions
             .iter()
             .map(|session| {
-                let name = hosts
-                    .iter()
-                    .find(|h| h.get("id").and_then(Value::as_str) == Some(&session.host_id))
-                    .and_then(|h| h.get("name").and_then(Value::as_str));
+                let name = host_named(&hosts, &session.host_id).map(|h| h.name.as_str());
                 let mut row = serde_json::to_value(session).unwrap_or(Value::Null);
                 if let Some(object) = row.as_object_mut() {
                     object.insert("host_name".into(), json!(name));
@@ -146,20 +143,15 @@ pub(super) async fn sessions(
         }
     }
     for host_id in host_ids {
-        let host = hosts
-            .iter()
-            .find(|h| h.get("id").and_then(Value::as_str) == Some(host_id));
-        let text = |key: &str| {
-            host.and_then(|h| h.get(key))
-                .and_then(Value::as_str)
-                .unwrap_or("-")
-                .to_owned()
-        };
+        let host = host_named(&hosts, host_id);
         println!(
             "{}  ({host_id})  LLM: {}  fingerprint {}",
-            text("name"),
+            host.map_or("-", |h| h.name.as_str()),
             host.map_or("None", llm_badge),
-            short_fingerprint(&text("key_fingerprint"))
+            short_fingerprint(
+                host.and_then(|h| h.key_fingerprint.as_deref())
+                    .unwrap_or("-")
+            )
         );
         let ended_column = if all { "  ENDED" } else { "" };
         println!(

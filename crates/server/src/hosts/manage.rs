@@ -55,7 +55,6 @@
 //! `reason`. Never the name of the host.
 
 use bothy_proto::codes::CloseReason;
-use serde_json::Value;
 use uuid::Uuid;
 
 use super::session_users::{self, Assignment, count, end_error, is_assignable_person};
@@ -124,8 +123,8 @@ pub struct UpdateRequest {
 pub struct ManagedHost {
     /// As stored.
     pub host: Host,
-    /// As a reader sees it ([`session_users::host_json`]).
-    pub json: Value,
+    /// As a reader sees it ([`session_users::host_view`]).
+    pub view: bothy_api::hosts::Host,
 }
 
 impl ManagedHost {
@@ -134,8 +133,8 @@ impl ManagedHost {
         let host = super::load(uow.conn(), host_id)
             .await?
             .ok_or(HostError::NotFound)?;
-        let json = session_users::host_json(uow.conn(), &host).await?;
-        Ok(ManagedHost { host, json })
+        let view = session_users::host_view(uow.conn(), &host).await?;
+        Ok(ManagedHost { host, view })
     }
 }
 

@@ -25,6 +25,7 @@ pub mod manage;
 pub mod pairing;
 pub mod session_users;
 
+use bothy_api::hosts::HostSessionUser;
 use serde_json::{Map, Value, json};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
@@ -210,80 +211,43 @@ impl Host {
 
     /// The host as the API shows it to a reader (host.read). Without keys,
     /// `key_fingerprint` and `noise_public_key` are absent (3.3); the pairing
-    /// code's hash and the failure counter are never shown.
-    pub fn to_json(&self) -> Value {
-        let mut object = Map::new();
-        object.insert("id".into(), json!(db::id_text(&self.id)));
-        object.insert("name".into(), json!(self.name));
-        object.insert("state".into(), json!(self.state.as_str()));
-        if let Some(reason) = self.disabled_reason {
-            object.insert("disabled_reason".into(), json!(reason.as_str()));
+    /// code's hash and the failure counter are never shown. `session_users` are
+    /// the valid assignments ([`session_users::host_view`]); `connected` is
+    /// left to the reads of a node.
+    pub fn to_api(&self, session_users: Vec<HostSessionUser>) -> bothy_api::hosts::Host {
+        let keys = self.has_keys();
+        bothy_api::hosts::Host {
+            id: db::id_text(&self.id),
+            name: self.name.clone(),
+            state: self.state.as_str().to_owned(),
+            disabled_reason: self
+                .disabled_reason
+                .map(|reason| reason.as_str().to_owned()),
+            disabled_at: self.disabled_at,
+            assigned_user_id: self.assigned_user_id.as_ref().map(db::id_text),
+            noise_public_key: self.noise_public_key.clone().filter(|_| keys),
+            key_fingerprint: self.key_fingerprint.clone().filter(|_| keys),
+            key_generation: self.key_generation,
+            pairing_expires_at: self.pairing_expires_at,
+            llm_credentials: self.llm_credentials.as_str().to_owned(),
+            credential_holder_id: self.credential_holder_id.as_ref().map(db::id_text),
+            declared_server_host: self.declared_server_host,
+            is_server_host: self.is_server_host(),
+            reported_session_users: self.reported_session_users.clone(),
+            reported_profiles: self.reported_profiles.clone(),
+            reported_doctor: self.reported_doctor.clone(),
+            reported_is_server_host: self.reported_is_server_host,
+            reported_require_local_confirm: self.reported_require_local_confirm,
+            reported_host_version: self.reported_host_version.clone(),
+            reported_platform: self.reported_platform.clone(),
+            reported_os_version: self.reported_os_version.clone(),
+            last_seen_at: self.last_seen_at,
+            version: self.version,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            session_users,
+            connected: None,
         }
-        if let Some(at) = self.disabled_at {
-            object.insert("disabled_at".into(), json!(at));
-        }
-        if let Some(id) = self.assigned_user_id {
-            object.insert("assigned_user_id".into(), json!(db::id_text(&id)));
-        }
-        if self.has_keys() {
-            if let Some(key) = &self.noise_public_key {
-                object.insert("noise_public_key".into(), json!(key));
-            }
-            if let Some(fingerprint) = &self.key_fingerprint {
-                object.insert("key_fingerprint".into(), json!(fingerprint));
-            }
-        }
-        object.insert("key_generation".into(), json!(self.key_generation));
-        if let Some(expires) = self.pairing_expires_at {
-            object.insert("pairing_expires_at".into(), json!(expires));
-        }
-        object.insert(
-            "llm_credentials".into(),
-            json!(self.llm_credentials.as_str()),
-        );
-        if let Some(id) = self.credential_holder_id {
-            object.insert("credential_holder_id".into(), json!(db::id_text(&id)));
-        }
-        if let Some(declared) = self.declared_server_host {
-            object.insert("declared_server_host".into(), json!(declared));
-        }
-        object.insert("is_server_host".into(), json!(self.is_server_host()));
-        for (key, value) in [
-            ("reported_session_users", &self.reported_session_users),
-            ("reported_profiles", &self.reported_profiles),
-            ("reported_doctor", &self.reported_doctor),
-        ] {
-            if let Some(value) = value {
-                object.insert(key.into(), value.clone());
-            }
-        }
-        for (key, value) in [
-            ("reported_is_server_host", self.reported_is_server_host),
-            (
-                "reported_require_local_confirm",
-                self.reported_require_local_confirm,
-            ),
-        ] {
-            if let Some(value) = value {
-                object.insert(key.into(), json!(value));
-            }
-        }
-        for (key, value) in [
-            ("reported_host_version", &self.reported_host_version),
-            ("reported_platform", &self.reported_platform),
-            ("reported_os_version", &self.reported_os_version),
-        ] {
-            if let Some(value) = value {
-                object.insert(key.into(), json!(value));
-            }
-        }
-        if let Some(at) = self.last_seen_at {
-            object.insert("last_seen_at".into(), json!(at));
-        }
-        object.insert("version".into(), json!(self.version));
-        object.insert("created_at".into(), json!(self.created_at));
-        object.insert("updated_at".into(), json!(self.updated_at));
-        Value::Object(object)
     }
 }
 

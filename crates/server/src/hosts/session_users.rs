@@ -31,8 +31,8 @@
 
 use std::collections::HashSet;
 
+use bothy_api::hosts::HostSessionUser;
 use bothy_proto::codes::CloseReason;
-use serde_json::{Value, json};
 use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
@@ -77,11 +77,11 @@ pub struct ValidAssignment {
 impl ValidAssignment {
     /// The form a reader of the host sees (`session_users[]` of a host):
     /// `{user_id, os_user}` — the member names of the requests that make them.
-    pub fn to_json(&self) -> Value {
-        json!({
-            "user_id": db::id_text(&self.person_id),
-            "os_user": self.os_user,
-        })
+    pub fn to_api(&self) -> HostSessionUser {
+        HostSessionUser {
+            user_id: db::id_text(&self.person_id),
+            os_user: self.os_user.clone(),
+        }
     }
 }
 
@@ -341,19 +341,18 @@ pub async fn list_valid(
     rows.iter().map(decode).collect()
 }
 
-/// The host as a reader sees it: [`Host::to_json`] plus `session_users[]`
+/// The host as a reader sees it: [`Host::to_api`] with `session_users[]`
 /// (the valid assignments, 2.2 item 1).
-pub async fn host_json(conn: &mut sqlx::AnyConnection, host: &Host) -> Result<Value, HostError> {
-    let mut value = host.to_json();
-    let assignments: Vec<Value> = list_valid(conn, host.id)
+pub async fn host_view(
+    conn: &mut sqlx::AnyConnection,
+    host: &Host,
+) -> Result<bothy_api::hosts::Host, HostError> {
+    let assignments = list_valid(conn, host.id)
         .await?
         .iter()
-        .map(ValidAssignment::to_json)
+        .map(ValidAssignment::to_api)
         .collect();
-    if let Some(object) = value.as_object_mut() {
-        object.insert("session_users".into(), Value::Array(assignments));
-    }
-    Ok(value)
+    Ok(host.to_api(assignments))
 }
 
 fn decode(row: &sqlx::any::AnyRow) -> Result<ValidAssignment, HostError> {

@@ -7,6 +7,9 @@
 //! and `bothy_proto::json::Object`), never through serde types, so the schema
 //! types of the document are doc-only: each route file declares, next to its
 //! handlers, structs that name exactly the members the handler reads and writes.
+//! The families that moved to `bothy-api` (terminal sessions, hosts, grants,
+//! groups, audit) take those structs from there: the handlers answer with the
+//! same types, and [`code_members`] supplies their closed lists.
 //! Closed lists of codes (roles, problem codes, audit actions, ...) are read from
 //! the enums themselves (`ALL`), so they cannot drift either.
 //!
@@ -16,6 +19,8 @@
 //! - [`Problem`] and the shared error responses ([`ValidationFailed`],
 //!   [`Unauthenticated`], [`NotFound`], [`PayloadTooLarge`],
 //!   [`UnsupportedMediaType`], [`RateLimited`], [`Internal`], [`Unavailable`]).
+//! - [`code_members`]: the closed lists of the members that `bothy-api` types
+//!   as strings, supplied from the server's enums.
 //! - [`to_json`]: the document as the file `docs/api/openapi.json` holds it.
 //! - [`serve_document`]: `GET /api/v1/openapi.json`.
 
@@ -27,14 +32,16 @@ use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use utoipa::openapi::schema::{Object, ObjectBuilder, Schema, Type};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{Components, OpenApi, RefOr};
+use utoipa::openapi::{Components, OpenApi, Ref, RefOr};
 use utoipa::{IntoResponses, Modify, PartialSchema, ToSchema};
 
 use super::problem::{ApiError, ProblemCode};
 use crate::audit::{ActorKind, AuditAction, AuditCode, Decision, TargetKind};
+use crate::hosts::LlmCredentials;
 use crate::identity::login_sessions::ClientComponent;
 use crate::identity::step_up::StepUpMethod;
 use crate::identity::{PersonStatus, PrincipalKind, Role, console};
+use crate::permissions::grants::{PreviewHint, RecipientKind};
 
 /// The security scheme of `Authorization: Bearer <token>`.
 pub const BEARER: &str = "bearer";
@@ -53,7 +60,7 @@ pub const CSRF_TOKEN: &str = "csrf_token";
             `null`), errors as `application/problem+json`. Times are Unix milliseconds, IDs \
             are UUIDs in hyphenated form."
     ),
-    components(schemas(Problem, FieldProblem)),
+    components(schemas(Problem, FieldProblem, AuditAction, Decision, ActorKind, TargetKind)),
     modifiers(&SecuritySchemes),
     tags(
         (name = "auth", description = "Enrollment, login, login sessions, step-up."),
@@ -158,6 +165,81 @@ pub struct FieldProblem {
     /// `too_short`, ...).
     #[schema(example = "required")]
     pub code: String,
+}
+
+/// What a member typed as a string in `bothy-api` is in the document.
+enum CodeMember {
+    /// A string schema with exactly these values (in place of the member's
+    /// schema, as `schema_with` would write it).
+    Values(Box<Object>),
+    /// A reference to a code schema of [`code_schemas!`], keeping the member's
+    /// description.
+    Named(&'static str),
+}
+
+/// The members of `bothy-api`'s types that hold a closed list of codes: that
+/// crate knows no server enum, so their values (or the schema named for the
+/// enum) are put in here, read from the enums' `ALL` as before (D-610).
+fn code_member_table() -> Vec<(&'static str, &'static str, CodeMember)> {
+    use CodeMember::Named;
+    let values = |object: Object| CodeMember::Values(Box::new(object));
+    vec![
+        (
+            "CreateGrantRequest",
+            "recipient_kind",
+            values(codes(RecipientKind::ALL)),
+        ),
+        ("Grant", "recipient_kind", values(codes(RecipientKind::ALL))),
+        ("GrantPreview", "hint", values(codes(PreviewHint::ALL))),
+        (
+            "ConfirmHostRequest",
+            "llm_credentials",
+            values(codes(LlmCredentials::ALL)),
+        ),
+        (
+            "SetHostLlmCredentialsRequest",
+            "llm_credentials",
+            values(codes(LlmCredentials::ALL)),
+        ),
+        (
+            "UpdateHostRequest",
+            "state",
+            values(string_enum(["disabled", "active", "retired"])),
+        ),
+        ("AuditEntry", "action", Named("AuditAction")),
+        ("AuditEntry", "decision", Named("Decision")),
+        ("AuditActor", "kind", Named("ActorKind")),
+        ("AuditTarget", "kind", Named("TargetKind")),
+    ]
+}
+
+/// Puts the closed lists of [`code_member_table`] into the document's schemas.
+/// A schema or member the table names but the document lacks is a programming
+/// error (the `openapi` test compares the whole document).
+pub fn code_members(document: &mut OpenApi) {
+    let Some(components) = document.components.as_mut() else {
+        return;
+    };
+    for (schema, member, code) in code_member_table() {
+        let Some(RefOr::T(Schema::Object(object))) = components.schemas.get_mut(schema) else {
+            continue;
+        };
+        let Some(property) = object.properties.get_mut(member) else {
+            continue;
+        };
+        *property = match code {
+            CodeMember::Values(values) => RefOr::T(Schema::Object(*values)),
+            CodeMember::Named(name) => {
+                let description = match property {
+                    RefOr::T(Schema::Object(old)) => old.description.clone().unwrap_or_default(),
+                    _ => String::new(),
+                };
+                let mut reference = Ref::from_schema_name(name);
+                reference.description = description;
+                RefOr::Ref(reference)
+            }
+        };
+    }
 }
 
 /// A string schema with exactly these values.

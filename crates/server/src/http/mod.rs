@@ -52,7 +52,7 @@ use crate::state::AppState;
 
 /// Every route with its OpenAPI operation, not yet bound to a state.
 pub fn api() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(api_doc::base())
+    let mut api = OpenApiRouter::with_openapi(api_doc::base())
         .routes(routes!(health::healthz))
         .routes(routes!(health::readyz))
         .routes(routes!(serve_metrics))
@@ -60,7 +60,9 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(console::page))
         .routes(routes!(console::script))
         .routes(routes!(console::style))
-        .merge(routes::router())
+        .merge(routes::router());
+    api_doc::code_members(api.get_openapi_mut());
+    api
 }
 
 /// The OpenAPI document of [`router`] (what `GET /api/v1/openapi.json` serves).

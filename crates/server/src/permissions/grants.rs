@@ -41,7 +41,6 @@
 //! - [`has_valid_grant`]: whether a person holds terminal on a host through a
 //!   grant (what [`super::authorize`] and the ends of sessions read).
 
-use serde_json::{Map, Value, json};
 use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
@@ -112,30 +111,21 @@ impl Grant {
     }
 
     /// The grant as the API shows it; `valid` is judged at `now`.
-    pub fn to_json(&self, now: UnixMillis) -> Value {
-        let mut object = Map::new();
-        object.insert("id".into(), json!(db::id_text(&self.id)));
-        object.insert("target_kind".into(), json!(TARGET_KIND));
-        object.insert("host_id".into(), json!(db::id_text(&self.host_id)));
-        object.insert("capability".into(), json!(CAPABILITY));
-        object.insert("recipient_kind".into(), json!(self.recipient_kind.as_str()));
-        object.insert(
-            "recipient_id".into(),
-            json!(db::id_text(&self.recipient_id)),
-        );
-        object.insert("created_by".into(), json!(db::id_text(&self.created_by)));
-        object.insert("created_at".into(), json!(self.created_at));
-        if let Some(at) = self.expires_at {
-            object.insert("expires_at".into(), json!(at));
+    pub fn to_api(&self, now: UnixMillis) -> bothy_api::grants::Grant {
+        bothy_api::grants::Grant {
+            id: db::id_text(&self.id),
+            target_kind: TARGET_KIND.to_owned(),
+            host_id: db::id_text(&self.host_id),
+            capability: CAPABILITY.to_owned(),
+            recipient_kind: self.recipient_kind.as_str().to_owned(),
+            recipient_id: db::id_text(&self.recipient_id),
+            created_by: db::id_text(&self.created_by),
+            created_at: self.created_at,
+            expires_at: self.expires_at,
+            revoked_by: self.revoked_by.as_ref().map(db::id_text),
+            revoked_at: self.revoked_at,
+            valid: self.is_valid_at(now),
         }
-        if let Some(by) = self.revoked_by {
-            object.insert("revoked_by".into(), json!(db::id_text(&by)));
-        }
-        if let Some(at) = self.revoked_at {
-            object.insert("revoked_at".into(), json!(at));
-        }
-        object.insert("valid".into(), json!(self.is_valid_at(now)));
-        Value::Object(object)
     }
 }
 
@@ -252,25 +242,20 @@ pub struct Preview {
 
 impl Preview {
     /// `{"effective", "hint"?, "members"?: [{"person_id", "effective"}]}`.
-    pub fn to_json(&self) -> Value {
-        let mut object = Map::new();
-        object.insert("effective".into(), json!(self.effective));
-        if !self.effective {
-            object.insert(
-                "hint".into(),
-                json!(PreviewHint::TerminalNotEffective.as_str()),
-            );
+    pub fn to_api(&self) -> bothy_api::grants::GrantPreview {
+        bothy_api::grants::GrantPreview {
+            effective: self.effective,
+            hint: (!self.effective).then(|| PreviewHint::TerminalNotEffective.as_str().to_owned()),
+            members: self.members.as_ref().map(|members| {
+                members
+                    .iter()
+                    .map(|(id, effective)| bothy_api::grants::GrantPreviewMember {
+                        person_id: db::id_text(id),
+                        effective: *effective,
+                    })
+                    .collect()
+            }),
         }
-        if let Some(members) = &self.members {
-            let members: Vec<Value> = members
-                .iter()
-                .map(
-                    |(id, effective)| json!({"person_id": db::id_text(id), "effective": effective}),
-                )
-                .collect();
-            object.insert("members".into(), Value::Array(members));
-        }
-        Value::Object(object)
     }
 }
 

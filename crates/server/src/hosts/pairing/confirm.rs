@@ -40,8 +40,8 @@ pub type IfMatch<'a> = dyn Fn(i64) -> Result<(), IfMatchRefusal> + Send + Sync +
 /// What confirmHost answers, as its stored response renders it.
 #[derive(Debug)]
 pub enum ConfirmAnswer<'a> {
-    /// The host is active: its reader JSON.
-    Confirmed(&'a Value),
+    /// The host is active: as a reader sees it.
+    Confirmed(&'a bothy_api::hosts::Host),
     /// A refusal that is committed (a wrong prefix counts an attempt).
     Refused(HostError),
 }
@@ -75,8 +75,8 @@ impl std::fmt::Debug for ConfirmOnce<'_> {
 /// What confirmHost did.
 #[derive(Debug)]
 pub enum Confirmed {
-    /// The host is active: the host and its reader JSON.
-    Active(Box<Host>, Value),
+    /// The host is active: the host, and as a reader sees it.
+    Active(Box<Host>, Box<bothy_api::hosts::Host>),
     /// A retry with an `Idempotency-Key`: the stored response, as it was.
     Replayed(StoredResponse),
 }
@@ -247,17 +247,17 @@ pub async fn confirm(
                     .reason(&request.reason),
             ),
     );
-    let (host, json) = reload(&mut uow, host.id).await?;
+    let (host, view) = reload(&mut uow, host.id).await?;
     store_response(
         &mut uow,
         actor,
         idempotent,
         render,
-        ConfirmAnswer::Confirmed(&json),
+        ConfirmAnswer::Confirmed(&view),
     )
     .await?;
     uow.commit().await?;
-    Ok(Confirmed::Active(Box::new(host), json))
+    Ok(Confirmed::Active(Box::new(host), Box::new(view)))
 }
 
 /// `llm_credentials`, `credential_holder_id` (with personal) and

@@ -131,8 +131,8 @@ pub fn code_hash(pepper: &Pepper, code: &PairingCode) -> String {
 pub struct WithCode {
     /// The host after the change.
     pub host: Host,
-    /// The host as a reader sees it ([`session_users::host_json`]).
-    pub json: Value,
+    /// The host as a reader sees it ([`session_users::host_view`]).
+    pub view: bothy_api::hosts::Host,
     /// The code; only its HMAC is stored.
     pub pairing_code: PairingCode,
 }
@@ -161,12 +161,15 @@ fn expires_at(config: &Config, now: UnixMillis) -> UnixMillis {
     now.saturating_add(millis(config.terminal.pairing_code_ttl))
 }
 
-async fn reload(uow: &mut UnitOfWork, host_id: Uuid) -> Result<(Host, Value), HostError> {
+async fn reload(
+    uow: &mut UnitOfWork,
+    host_id: Uuid,
+) -> Result<(Host, bothy_api::hosts::Host), HostError> {
     let host = super::load(uow.conn(), host_id)
         .await?
         .ok_or(HostError::Stored("hosts row"))?;
-    let json = session_users::host_json(uow.conn(), &host).await?;
-    Ok((host, json))
+    let view = session_users::host_view(uow.conn(), &host).await?;
+    Ok((host, view))
 }
 
 /// createHost (`POST /api/v1/hosts`) for an owner `actor` (the route checked
@@ -238,11 +241,11 @@ pub async fn create(
             .target(TargetKind::Host, host_id)
             .details(details.reason(&new.reason)),
     );
-    let (host, json) = reload(&mut uow, host_id).await?;
+    let (host, view) = reload(&mut uow, host_id).await?;
     uow.commit().await?;
     Ok(WithCode {
         host,
-        json,
+        view,
         pairing_code: code,
     })
 }
@@ -337,11 +340,11 @@ pub async fn issue_code(
             .target(TargetKind::Host, host.id)
             .details(details.reason(reason)),
     );
-    let (host, json) = reload(&mut uow, host.id).await?;
+    let (host, view) = reload(&mut uow, host.id).await?;
     uow.commit().await?;
     Ok(WithCode {
         host,
-        json,
+        view,
         pairing_code: code,
     })
 }

@@ -22,15 +22,14 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::Uri;
-use serde_json::{Map, Value, json};
-use utoipa::{IntoParams, ToSchema};
+use bothy_api::audit::{AuditActor, AuditEntry, AuditPage, AuditTarget};
+use utoipa::IntoParams;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::query::QueryParams;
 use crate::audit::{
-    self, ActorKind, AuditAction, AuditError, AuditFilter, AuditRecord, Decision, PageRequest,
-    TargetKind,
+    self, AuditAction, AuditError, AuditFilter, AuditRecord, Decision, PageRequest,
 };
 use crate::db::{self, DbError};
 use crate::http::api_doc::{Internal, Problem, Unauthenticated, Unavailable};
@@ -86,7 +85,7 @@ async fn list(
     State(state): State<AppState>,
     principal: Principal,
     uri: Uri,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<AuditPage>, ApiError> {
     let now = state.clock().now_ms();
     principal
         .require_owner_person(state.db(), now, AuditAction::AuditRead)
@@ -95,13 +94,10 @@ async fn list(
     let found = audit::list(state.db(), &filter, page)
         .await
         .map_err(audit_error)?;
-    let entries: Vec<Value> = found.entries.iter().map(entry_json).collect();
-    let mut body = Map::new();
-    body.insert("entries".into(), Value::Array(entries));
-    if let Some(next) = found.next {
-        body.insert("next".into(), Value::from(db::id_text(&next)));
-    }
-    Ok(Json(Value::Object(body)))
+    Ok(Json(AuditPage {
+        entries: found.entries.iter().map(entry).collect(),
+        next: found.next.as_ref().map(db::id_text),
+    }))
 }
 
 /// The filter and page of a request.
@@ -127,26 +123,22 @@ fn parse(uri: &Uri) -> Result<(AuditFilter, PageRequest), ApiError> {
     Ok((filter, page))
 }
 
-fn entry_json(record: &AuditRecord) -> Value {
-    let mut actor = Map::new();
-    actor.insert("kind".into(), Value::from(record.actor.kind().as_str()));
-    if let Some(id) = record.actor.id() {
-        actor.insert("id".into(), Value::from(db::id_text(&id)));
+fn entry(record: &AuditRecord) -> AuditEntry {
+    AuditEntry {
+        id: db::id_text(&record.id),
+        at: record.at,
+        action: record.action.as_str().to_owned(),
+        decision: record.decision.as_str().to_owned(),
+        actor: AuditActor {
+            kind: record.actor.kind().as_str().to_owned(),
+            id: record.actor.id().as_ref().map(db::id_text),
+        },
+        target: record.target.map(|target| AuditTarget {
+            kind: target.kind.as_str().to_owned(),
+            id: db::id_text(&target.id),
+        }),
+        details: record.details.clone(),
     }
-    let mut entry = Map::new();
-    entry.insert("id".into(), Value::from(db::id_text(&record.id)));
-    entry.insert("at".into(), Value::from(record.at));
-    entry.insert("action".into(), Value::from(record.action.as_str()));
-    entry.insert("decision".into(), Value::from(record.decision.as_str()));
-    entry.insert("actor".into(), Value::Object(actor));
-    if let Some(target) = record.target {
-        entry.insert(
-            "target".into(),
-            json!({"kind": target.kind.as_str(), "id": db::id_text(&target.id)}),
-        );
-    }
-    entry.insert("details".into(), record.details.clone());
-    Value::Object(entry)
 }
 
 fn audit_error(error: AuditError) -> ApiError {
@@ -187,56 +179,4 @@ pub struct AuditQuery {
     /// The page size, 1 to 500; default 100.
     #[param(required = false, minimum = 1, maximum = 500)]
     pub limit: u32,
-}
-
-/// `GET /api/v1/audit` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct AuditPage {
-    /// Newest first.
-    pub entries: Vec<AuditEntry>,
-    /// The cursor of the next page (pass it as `before`); absent on the last page.
-    #[schema(required = false, format = "uuid")]
-    pub next: String,
-}
-
-/// One audit entry (spec 24 section 10.1; doc-only).
-#[derive(Debug, ToSchema)]
-pub struct AuditEntry {
-    /// The entry's ID.
-    #[schema(format = "uuid")]
-    pub id: String,
-    /// When (Unix ms).
-    pub at: i64,
-    /// What was done.
-    pub action: AuditAction,
-    /// `allow` or `deny`.
-    pub decision: Decision,
-    /// Who acted.
-    pub actor: AuditActor,
-    /// What it was done to; absent when nothing in particular.
-    #[schema(required = false)]
-    pub target: AuditTarget,
-    /// Typed details of the action (codes, IDs, counts, flags; never content).
-    #[schema(value_type = Object)]
-    pub details: Value,
-}
-
-/// The actor of an audit entry (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct AuditActor {
-    /// The actor's kind.
-    pub kind: ActorKind,
-    /// The actor's ID; absent for `system`.
-    #[schema(required = false, format = "uuid")]
-    pub id: String,
-}
-
-/// The target of an audit entry (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct AuditTarget {
-    /// The target's kind.
-    pub kind: TargetKind,
-    /// The target's ID.
-    #[schema(format = "uuid")]
-    pub id: String,
 }

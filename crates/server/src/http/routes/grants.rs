@@ -13,10 +13,8 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{StatusCode, Uri};
+use bothy_api::grants::{CreateGrantRequest, CreatedGrant, Grant, GrantList, RevokedGrant};
 use bothy_proto::json::Object;
-use serde_json::{Value, json};
-use utoipa::ToSchema;
-use utoipa::openapi::schema::Object as SchemaObject;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -24,13 +22,13 @@ use super::body::{JsonBody, path_id, read_conn};
 use super::query::QueryParams;
 use crate::audit::AuditAction;
 use crate::http::api_doc::{
-    self, Internal, NotFound, PayloadTooLarge, Problem, Unauthenticated, Unavailable,
+    Internal, NotFound, PayloadTooLarge, Problem, Unauthenticated, Unavailable,
     UnsupportedMediaType,
 };
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, ProblemCode};
 use crate::identity::principal::Principal;
-use crate::permissions::grants::{self, NewGrant, PreviewHint, RecipientKind};
+use crate::permissions::grants::{self, NewGrant, RecipientKind};
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -76,7 +74,7 @@ async fn create(
     State(state): State<AppState>,
     principal: Principal,
     JsonBody(body): JsonBody,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedGrant>), ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::GrantCreate)
@@ -108,10 +106,10 @@ async fn create(
     .await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "grant": created.grant.to_json(now),
-            "preview": created.preview.to_json(),
-        })),
+        Json(CreatedGrant {
+            grant: created.grant.to_api(now),
+            preview: created.preview.to_api(),
+        }),
     ))
 }
 
@@ -142,7 +140,7 @@ async fn list(
     State(state): State<AppState>,
     principal: Principal,
     uri: Uri,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<GrantList>, ApiError> {
     let now = state.clock().now_ms();
     principal
         .require_owner_person(state.db(), now, AuditAction::HostRead)
@@ -150,12 +148,12 @@ async fn list(
     let query = QueryParams::parse(&uri, &["host_id"])?;
     let host_id = query.uuid("host_id")?;
     let mut conn = read_conn(&state).await?;
-    let grants: Vec<Value> = grants::list(&mut conn, host_id)
+    let grants: Vec<Grant> = grants::list(&mut conn, host_id)
         .await?
         .iter()
-        .map(|grant| grant.to_json(now))
+        .map(|grant| grant.to_api(now))
         .collect();
-    Ok(Json(json!({ "grants": grants })))
+    Ok(Json(GrantList { grants }))
 }
 
 /// Revokes a grant (owners).
@@ -186,128 +184,15 @@ async fn revoke(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RevokedGrant>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::GrantRevoke)
         .await?;
     let id = path_id(&id)?;
     let revoked = grants::revoke(state.db(), now, actor, id).await?;
-    Ok(Json(json!({
-        "grant": revoked.grant.to_json(now),
-        "sessions_ended": revoked.sessions_ended,
-    })))
-}
-
-/// `POST /api/v1/grants` (doc-only; the handler reads exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct CreateGrantRequest {
-    /// The host.
-    #[schema(format = "uuid")]
-    pub host_id: String,
-    /// `person` or `group`.
-    #[schema(schema_with = recipient_kinds)]
-    pub recipient_kind: String,
-    /// The person's or the group's ID.
-    #[schema(format = "uuid")]
-    pub recipient_id: String,
-    /// When the grant expires (Unix ms, exclusive); after now. Without it, never.
-    #[schema(required = false)]
-    pub expires_at: i64,
-}
-
-/// `201` of `POST /api/v1/grants` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct CreatedGrant {
-    /// The grant.
-    pub grant: Grant,
-    /// Whether it takes effect.
-    pub preview: GrantPreview,
-}
-
-/// `200` of `POST /api/v1/grants/{id}/revoke` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct RevokedGrant {
-    /// The grant, revoked.
-    pub grant: Grant,
-    /// How many terminal sessions this ended.
-    pub sessions_ended: u64,
-}
-
-/// `GET /api/v1/grants` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct GrantList {
-    /// Oldest first.
-    pub grants: Vec<Grant>,
-}
-
-/// A grant (doc-only; `permissions::grants::Grant::to_json`).
-#[derive(Debug, ToSchema)]
-pub struct Grant {
-    /// The grant's ID.
-    #[schema(format = "uuid")]
-    pub id: String,
-    /// Always `host`.
-    #[schema(example = "host")]
-    pub target_kind: String,
-    /// The host.
-    #[schema(format = "uuid")]
-    pub host_id: String,
-    /// Always `terminal`.
-    #[schema(example = "terminal")]
-    pub capability: String,
-    /// `person` or `group`.
-    #[schema(schema_with = recipient_kinds)]
-    pub recipient_kind: String,
-    /// The person's or the group's ID.
-    #[schema(format = "uuid")]
-    pub recipient_id: String,
-    /// The owner who created it.
-    #[schema(format = "uuid")]
-    pub created_by: String,
-    /// When (Unix ms).
-    pub created_at: i64,
-    /// When it expires (Unix ms, exclusive); absent: never.
-    #[schema(required = false)]
-    pub expires_at: i64,
-    /// The owner who revoked it; absent while it is not revoked.
-    #[schema(required = false, format = "uuid")]
-    pub revoked_by: String,
-    /// When it was revoked (Unix ms); absent while it is not.
-    #[schema(required = false)]
-    pub revoked_at: i64,
-    /// Whether it holds now: not revoked, not expired.
-    pub valid: bool,
-}
-
-/// The preview of a new grant (doc-only; `permissions::grants::Preview`).
-#[derive(Debug, ToSchema)]
-pub struct GrantPreview {
-    /// Whether SR10 lets it give a terminal: to its person, or to at least one
-    /// current member of its group.
-    pub effective: bool,
-    /// `terminal_not_effective` when `effective` is false.
-    #[schema(required = false, schema_with = preview_hints)]
-    pub hint: String,
-    /// A group grant: each current member and whether it is effective for them.
-    #[schema(required = false)]
-    pub members: Vec<GrantPreviewMember>,
-}
-
-/// One member in the preview of a group grant (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct GrantPreviewMember {
-    /// The member.
-    #[schema(format = "uuid")]
-    pub person_id: String,
-    /// Whether the grant gives them a terminal (SR10).
-    pub effective: bool,
-}
-
-fn recipient_kinds() -> SchemaObject {
-    api_doc::codes(RecipientKind::ALL)
-}
-
-fn preview_hints() -> SchemaObject {
-    api_doc::codes(PreviewHint::ALL)
+    Ok(Json(RevokedGrant {
+        grant: revoked.grant.to_api(now),
+        sessions_ended: u64::try_from(revoked.sessions_ended).unwrap_or(u64::MAX),
+    }))
 }

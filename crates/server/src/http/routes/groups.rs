@@ -17,10 +17,12 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use bothy_api::groups::{
+    AddGroupMemberRequest, CreateGroupRequest, GroupAnswer, GroupList, GroupView, MemberAdded,
+    MemberRemoved,
+};
 use bothy_proto::json::Object;
-use serde_json::{Value, json};
 use sqlx::AnyConnection;
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use uuid::Uuid;
@@ -49,25 +51,25 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(remove_member))
 }
 
-async fn group_json(conn: &mut AnyConnection, group: &Group) -> Result<Value, ApiError> {
+async fn group_view(conn: &mut AnyConnection, group: &Group) -> Result<GroupView, ApiError> {
     let members: Vec<String> = groups::members(conn, group.id)
         .await?
         .iter()
         .map(db::id_text)
         .collect();
-    Ok(json!({
-        "id": db::id_text(&group.id),
-        "name": group.name.as_str(),
-        "members": members,
-    }))
+    Ok(GroupView {
+        id: db::id_text(&group.id),
+        name: group.name.as_str().to_owned(),
+        members,
+    })
 }
 
-async fn group_now(state: &AppState, id: Uuid) -> Result<Value, ApiError> {
+async fn group_now(state: &AppState, id: Uuid) -> Result<GroupView, ApiError> {
     let mut conn = read_conn(state).await?;
     let group = groups::get(&mut conn, id)
         .await?
         .ok_or(IdentityError::NotFound)?;
-    group_json(&mut conn, &group).await
+    group_view(&mut conn, &group).await
 }
 
 /// Creates a group (owners).
@@ -99,7 +101,7 @@ async fn create(
     State(state): State<AppState>,
     principal: Principal,
     JsonBody(body): JsonBody,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<GroupAnswer>), ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::GroupManage)
@@ -113,7 +115,9 @@ async fn create(
     uow.commit().await.map_err(IdentityError::from)?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({ "group": group_now(&state, id).await? })),
+        Json(GroupAnswer {
+            group: group_now(&state, id).await?,
+        }),
     ))
 }
 
@@ -137,7 +141,7 @@ async fn create(
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<GroupList>, ApiError> {
     let now = state.clock().now_ms();
     principal
         .require_owner_person(state.db(), now, AuditAction::IdentityRead)
@@ -145,9 +149,9 @@ async fn list(
     let mut conn = read_conn(&state).await?;
     let mut answer = Vec::new();
     for group in groups::list(&mut conn).await? {
-        answer.push(group_json(&mut conn, &group).await?);
+        answer.push(group_view(&mut conn, &group).await?);
     }
-    Ok(Json(json!({ "groups": answer })))
+    Ok(Json(GroupList { groups: answer }))
 }
 
 /// Adds a person to a group (owners).
@@ -187,7 +191,7 @@ async fn add_member(
     principal: Principal,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<MemberAdded>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::GroupManage)
@@ -196,10 +200,10 @@ async fn add_member(
     let object = Object::root(&body, &["person_id"])?;
     let person_id = object.uuid("person_id")?;
     let added = grants::add_member(state.db(), now, actor, id, person_id).await?;
-    Ok(Json(json!({
-        "group": group_now(&state, id).await?,
-        "added": added,
-    })))
+    Ok(Json(MemberAdded {
+        group: group_now(&state, id).await?,
+        added,
+    }))
 }
 
 /// Removes a person from a group (owners).
@@ -233,7 +237,7 @@ async fn remove_member(
     State(state): State<AppState>,
     principal: Principal,
     Path((id, person_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<MemberRemoved>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::GroupManage)
@@ -241,72 +245,9 @@ async fn remove_member(
     let id = path_id(&id)?;
     let person_id = path_id(&person_id)?;
     let left = grants::remove_member(state.db(), now, actor, id, person_id).await?;
-    Ok(Json(json!({
-        "group": group_now(&state, id).await?,
-        "removed": left.removed,
-        "sessions_ended": left.sessions_ended,
-    })))
-}
-
-/// `POST /api/v1/groups` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct CreateGroupRequest {
-    /// The name: the username rule (1 to 32 ASCII letters, digits, `.`, `_`,
-    /// `-`, starting with a letter), folded to lower case, unique.
-    #[schema(example = "developers")]
-    pub name: String,
-}
-
-/// `POST /api/v1/groups/{id}/members` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct AddGroupMemberRequest {
-    /// The person who joins.
-    #[schema(format = "uuid")]
-    pub person_id: String,
-}
-
-/// A group (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct GroupView {
-    /// The group's ID.
-    #[schema(format = "uuid")]
-    pub id: String,
-    /// Its folded name.
-    pub name: String,
-    /// Its members' person IDs.
-    pub members: Vec<String>,
-}
-
-/// `201` of `POST /api/v1/groups` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct GroupAnswer {
-    /// The group.
-    pub group: GroupView,
-}
-
-/// `GET /api/v1/groups` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct GroupList {
-    /// By name.
-    pub groups: Vec<GroupView>,
-}
-
-/// `200` of `POST /api/v1/groups/{id}/members` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct MemberAdded {
-    /// The group now.
-    pub group: GroupView,
-    /// Whether the person was not a member before.
-    pub added: bool,
-}
-
-/// `200` of `POST /api/v1/groups/{id}/members/{person_id}/remove` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct MemberRemoved {
-    /// The group now.
-    pub group: GroupView,
-    /// Whether the person was a member.
-    pub removed: bool,
-    /// How many terminal sessions this ended.
-    pub sessions_ended: u64,
+    Ok(Json(MemberRemoved {
+        group: group_now(&state, id).await?,
+        removed: left.removed,
+        sessions_ended: u64::try_from(left.sessions_ended).unwrap_or(u64::MAX),
+    }))
 }

@@ -20,10 +20,8 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bothy_api::hosts::{ManagedHostReply, SetHostLlmCredentialsRequest, UpdateHostRequest};
 use bothy_proto::json::Object;
-use serde_json::{Value, json};
-use utoipa::ToSchema;
-use utoipa::openapi::schema::Object as SchemaObject;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -34,7 +32,7 @@ use crate::hosts::manage::{self, AssigneeChange, ManagedHost, UpdateRequest};
 use crate::hosts::session_users::Assignment;
 use crate::hosts::{HostError, HostState, LlmCredentials};
 use crate::http::api_doc::{
-    self, Internal, NotFound, PayloadTooLarge, Problem, Unavailable, UnsupportedMediaType,
+    Internal, NotFound, PayloadTooLarge, Problem, Unavailable, UnsupportedMediaType,
 };
 use crate::http::precondition::{check_if_match, etag};
 use crate::http::problem::PROBLEM_JSON;
@@ -97,7 +95,7 @@ fn reply(managed: ManagedHost) -> Response {
     (
         StatusCode::OK,
         [(header::ETAG, etag(managed.host.version))],
-        Json(json!({ "host": managed.json })),
+        Json(ManagedHostReply { host: managed.view }),
     )
         .into_response()
 }
@@ -326,75 +324,4 @@ async fn set_llm_credentials(
         .control_links()
         .send(managed.host.id, ControlSignal::ReadyAgain);
     Ok(reply(managed))
-}
-
-/// `PATCH /api/v1/hosts/{host_id}` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct UpdateHostRequest {
-    /// A new display name (1..=100 characters, no control characters).
-    #[schema(required = false)]
-    pub name: String,
-    /// A new assignee: a person who is not deleted.
-    #[schema(required = false, format = "uuid")]
-    pub assigned_user_id: String,
-    /// `true`: no assignee afterwards (not together with `assigned_user_id`).
-    #[schema(required = false)]
-    pub clear_assigned_user: bool,
-    /// The state to go to: `disabled`, `active` (enable) or `retired`.
-    #[schema(required = false, schema_with = update_states)]
-    pub state: String,
-    /// New assignments: each a name the host reports, exactly.
-    #[schema(required = false)]
-    pub assign_session_users: Vec<SessionUserAssignment>,
-    /// Persons whose valid assignment on this host ends.
-    #[schema(required = false)]
-    pub end_session_users: Vec<String>,
-    /// Why (1..=500 characters; kept in the audit).
-    pub reason: String,
-    /// A fresh step-up of this login session, consumed by the request.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-}
-
-fn update_states() -> SchemaObject {
-    api_doc::string_enum(["disabled", "active", "retired"])
-}
-
-/// One assignment of a session user (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct SessionUserAssignment {
-    /// The person.
-    #[schema(format = "uuid")]
-    pub user_id: String,
-    /// The session user's name, exactly as the host reported it.
-    pub os_user: String,
-}
-
-/// `PUT /api/v1/hosts/{host_id}/llm-credentials` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct SetHostLlmCredentialsRequest {
-    /// `none`, `personal` or `organization`.
-    #[schema(schema_with = llm_values)]
-    pub llm_credentials: String,
-    /// The holder of a personal login: exactly with `personal`.
-    #[schema(required = false, format = "uuid")]
-    pub credential_holder_id: String,
-    /// Why (1..=500 characters; kept in the audit).
-    pub reason: String,
-    /// A fresh step-up of this login session, consumed by the request.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-}
-
-fn llm_values() -> SchemaObject {
-    api_doc::codes(LlmCredentials::ALL)
-}
-
-/// The answer of a host.manage change (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ManagedHostReply {
-    /// The host as a reader sees it, with `session_users[]` {`user_id`,
-    /// `os_user`} (the valid assignments).
-    #[schema(value_type = super::hosts::Host)]
-    pub host: Value,
 }

@@ -24,10 +24,11 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
+use bothy_api::hosts::{
+    ConfirmHostRequest, CreateHostRequest, Host, HostList, HostReply, HostWithCode,
+    IssuePairingCodeRequest, PairHostRequest, PairedHost,
+};
 use bothy_proto::json::Object;
-use serde_json::{Value, json};
-use utoipa::ToSchema;
-use utoipa::openapi::schema::Object as SchemaObject;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -44,7 +45,7 @@ use crate::hosts::pairing::{
 use crate::hosts::session_users::{self, Assignment};
 use crate::hosts::{self, HostError, LlmCredentials, manage};
 use crate::http::api_doc::{
-    self, Internal, NotFound, PayloadTooLarge, Problem, RateLimited, Unauthenticated, Unavailable,
+    Internal, NotFound, PayloadTooLarge, Problem, RateLimited, Unauthenticated, Unavailable,
     UnsupportedMediaType,
 };
 use crate::http::idempotency::key_from_headers;
@@ -107,10 +108,10 @@ fn with_code(status: StatusCode, issued: WithCode) -> Response {
     (
         status,
         [(header::ETAG, etag(issued.host.version))],
-        Json(json!({
-            "host": issued.json,
-            "pairing_code": issued.pairing_code.as_str(),
-        })),
+        Json(HostWithCode {
+            host: issued.view,
+            pairing_code: issued.pairing_code.as_str().to_owned(),
+        }),
     )
         .into_response()
 }
@@ -289,7 +290,7 @@ async fn pair_host(
     client: ClientAddr,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PairedHost>, ApiError> {
     let now = state.clock().now_ms();
     gate(&state, client, now)?;
     if !is_json(&headers) {
@@ -306,11 +307,11 @@ async fn pair_host(
         Err(error) => Err(error),
     };
     match result {
-        Ok(paired) => Ok(Json(json!({
-            "host_id": db::id_text(&paired.host_id),
-            "instance_id": paired.instance_id,
-            "key_fingerprint": paired.key_fingerprint.as_str(),
-        }))),
+        Ok(paired) => Ok(Json(PairedHost {
+            host_id: db::id_text(&paired.host_id),
+            instance_id: paired.instance_id,
+            key_fingerprint: paired.key_fingerprint.as_str().to_owned(),
+        })),
         Err(HostError::PairingCodeRefused) => {
             // An empty bucket here (a concurrent failure took the last token)
             // changes nothing: this answer is a 401 either way.
@@ -443,10 +444,9 @@ async fn confirm_host(
         .contains_key(header::IF_MATCH)
         .then_some(&if_match_check);
     let render = |answer: ConfirmAnswer<'_>| match answer {
-        ConfirmAnswer::Confirmed(host) => StoredResponse {
-            status: StatusCode::OK.as_u16(),
-            body: json!({ "host": host }).to_string(),
-        },
+        ConfirmAnswer::Confirmed(host) => {
+            stored_json(StatusCode::OK, &HostReply { host: host.clone() })
+        }
         ConfirmAnswer::Refused(refusal) => {
             let problem = ApiError::from(refusal);
             StoredResponse {
@@ -470,7 +470,7 @@ async fn confirm_host(
     )
     .await?;
     Ok(match confirmed {
-        Confirmed::Active(host, json) => {
+        Confirmed::Active(host, view) => {
             // 2.2 item 5: a connected host service learns its state and
             // declaration from `ready`, sent again after the commit.
             let _ = state
@@ -479,7 +479,7 @@ async fn confirm_host(
             (
                 StatusCode::OK,
                 [(header::ETAG, etag(host.version))],
-                Json(json!({ "host": json })),
+                Json(HostReply { host: *view }),
             )
                 .into_response()
         }
@@ -513,28 +513,41 @@ async fn confirm_host(
 async fn list_hosts(
     State(state): State<AppState>,
     principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<HostList>, ApiError> {
     let now = state.clock().now_ms();
     let mut conn = read_conn(&state).await?;
     let mut readable = Vec::new();
     for host in hosts::list(&mut conn).await? {
         if may_read_host(&mut conn, &principal, host.id, now).await? {
-            let mut json = session_users::host_json(&mut conn, &host).await?;
-            with_connected(&state, &host, &mut json);
-            readable.push(json);
+            let mut view = session_users::host_view(&mut conn, &host).await?;
+            with_connected(&state, &host, &mut view);
+            readable.push(view);
         }
     }
-    Ok(Json(json!({ "hosts": readable })))
+    Ok(Json(HostList { hosts: readable }))
 }
 
 /// Adds `connected` (3.5 "Connected"): the host's control connection on this
 /// process has its first report applied. Not part of the version.
-fn with_connected(state: &AppState, host: &hosts::Host, json: &mut Value) {
-    if let Some(object) = json.as_object_mut() {
-        object.insert(
-            "connected".into(),
-            Value::Bool(state.control_links().is_connected(host.id)),
-        );
+fn with_connected(state: &AppState, host: &hosts::Host, view: &mut Host) {
+    view.connected = Some(state.control_links().is_connected(host.id));
+}
+
+/// A stored answer of `body` (serializing these types does not fail; if it
+/// did, the stored answer is the internal problem).
+fn stored_json(status: StatusCode, body: &impl serde::Serialize) -> StoredResponse {
+    match serde_json::to_string(body) {
+        Ok(body) => StoredResponse {
+            status: status.as_u16(),
+            body,
+        },
+        Err(error) => {
+            let problem = ApiError::internal(error);
+            StoredResponse {
+                status: problem.code().status().as_u16(),
+                body: problem.body().to_string(),
+            }
+        }
     }
 }
 
@@ -579,225 +592,12 @@ async fn get_host(
         }
         None => return Err(HostError::NotFound.into()),
     };
-    let mut json = session_users::host_json(&mut conn, &host).await?;
-    with_connected(&state, &host, &mut json);
+    let mut view = session_users::host_view(&mut conn, &host).await?;
+    with_connected(&state, &host, &mut view);
     Ok((
         StatusCode::OK,
         [(header::ETAG, etag(host.version))],
-        Json(json),
+        Json(view),
     )
         .into_response())
-}
-
-/// `POST /api/v1/hosts` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct CreateHostRequest {
-    /// The display name (1..=100 characters, no control characters; trimmed).
-    pub name: String,
-    /// The person the host is assigned to (SR10): a person who is not deleted.
-    #[schema(required = false, format = "uuid")]
-    pub assigned_user_id: String,
-    /// Why (1..=500 characters; kept in the audit).
-    pub reason: String,
-    /// A fresh step-up of this login session, consumed by the request.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-}
-
-/// `POST /api/v1/hosts/{host_id}/pairing-code` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct IssuePairingCodeRequest {
-    /// Why (1..=500 characters; kept in the audit).
-    pub reason: String,
-    /// A fresh step-up of this login session, consumed by the request.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-}
-
-/// A host with its pairing code (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct HostWithCode {
-    /// The host as a reader sees it.
-    #[schema(value_type = Host)]
-    pub host: Value,
-    /// `bothy_hpc_<random>_<checksum>`: shown only in this answer.
-    #[schema(example = "bothy_hpc_00000000000000000000000000000000_3bj6nby")]
-    pub pairing_code: String,
-}
-
-/// `POST /api/v1/hosts/pair` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct PairHostRequest {
-    /// The pairing code.
-    pub code: String,
-    /// The static X25519 key: base64url without padding, 32 bytes.
-    pub noise_public_key: String,
-    /// The Ed25519 login key: exactly `kty` (`OKP`), `crv` (`Ed25519`), `x`.
-    #[schema(value_type = Object)]
-    pub auth_public_jwk: Value,
-    /// The version of the host service: SemVer without `v`.
-    #[schema(example = "1.4.0")]
-    pub host_version: String,
-    /// The platform (display text, e.g. `linux`).
-    pub platform: String,
-    /// The operating system's version (display text).
-    pub os_version: String,
-    /// The offered profiles `{name, display_name, kind}`.
-    #[schema(value_type = Vec<Object>)]
-    pub profiles: Vec<Value>,
-    /// At least one session user `{name, workdirs[] {display_name}}`.
-    #[schema(value_type = Vec<Object>)]
-    pub session_users: Vec<Value>,
-    /// `host_service.require_local_confirm`.
-    pub require_local_confirm: bool,
-    /// Whether the host service detected the server on its host.
-    pub is_server_host: bool,
-}
-
-/// The answer of host.pair (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct PairedHost {
-    /// The host.
-    #[schema(format = "uuid")]
-    pub host_id: String,
-    /// This server instance.
-    #[schema(format = "uuid")]
-    pub instance_id: String,
-    /// The fingerprint of both keys, 13 groups of four (4.3).
-    #[schema(example = "F0CC-6QS6-RF5D-3BSH-CAZQ-PXMR-J8RA-AHK5-1HF0-9S02-1GW6-BW3J-HK90")]
-    pub key_fingerprint: String,
-}
-
-/// `POST /api/v1/hosts/{host_id}/confirm` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ConfirmHostRequest {
-    /// The first `terminal.fingerprint_confirm_chars` characters of the
-    /// fingerprint without hyphens (case does not matter).
-    pub fingerprint_prefix: String,
-    /// `none`, `personal` or `organization`.
-    #[schema(schema_with = llm_values)]
-    pub llm_credentials: String,
-    /// The holder of a personal login: exactly with `personal`.
-    #[schema(required = false, format = "uuid")]
-    pub credential_holder_id: String,
-    /// The owner's answer: is this the server's own host?
-    pub declared_server_host: bool,
-    /// Assignments of persons to session users the host reported.
-    pub session_users: Vec<ConfirmAssignment>,
-    /// Why (1..=500 characters; kept in the audit).
-    pub reason: String,
-    /// A fresh step-up of this login session, consumed by the request.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-}
-
-/// One assignment of confirmHost (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ConfirmAssignment {
-    /// The person.
-    #[schema(format = "uuid")]
-    pub user_id: String,
-    /// The session user's name, exactly as the host reported it.
-    pub os_user: String,
-}
-
-fn llm_values() -> SchemaObject {
-    api_doc::codes(LlmCredentials::ALL)
-}
-
-/// `{host}` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct HostReply {
-    /// The host as a reader sees it, with `session_users[]`.
-    #[schema(value_type = Host)]
-    pub host: Value,
-}
-
-/// `{hosts[]}` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct HostList {
-    /// The hosts.
-    #[schema(value_type = Vec<Host>)]
-    pub hosts: Vec<Value>,
-}
-
-/// A host as a reader sees it (doc-only; `hosts::Host::to_json` with
-/// `session_users[]`, and `connected` in the reads of this node). Members
-/// without a value are left out, never `null`.
-#[derive(Debug, ToSchema)]
-pub struct Host {
-    /// The host's ID.
-    #[schema(format = "uuid")]
-    pub id: String,
-    /// Its name.
-    pub name: String,
-    /// `pairing`, `confirming`, `active` (the only state that allows
-    /// sessions), `disabled` or `retired` (3.1).
-    pub state: String,
-    /// For `disabled`: `owner` or `duplicate_connection`.
-    pub disabled_reason: Option<String>,
-    /// When it was disabled (Unix ms).
-    pub disabled_at: Option<i64>,
-    /// The person the host is assigned to (8.4).
-    #[schema(format = "uuid")]
-    pub assigned_user_id: Option<String>,
-    /// The host's Noise static public key (base64url), once paired.
-    pub noise_public_key: Option<String>,
-    /// Its fingerprint (5.1), once paired.
-    pub key_fingerprint: Option<String>,
-    /// The key generation: raised by every pairing.
-    pub key_generation: i64,
-    /// When the pairing code expires (Unix ms), while pairing.
-    pub pairing_expires_at: Option<i64>,
-    /// `none`, `personal` or `organization` (7.2).
-    pub llm_credentials: String,
-    /// The holder of personal LLM credentials.
-    #[schema(format = "uuid")]
-    pub credential_holder_id: Option<String>,
-    /// What the confirming owner declared (server host or not).
-    pub declared_server_host: Option<bool>,
-    /// Whether the host counts as a server host.
-    pub is_server_host: bool,
-    /// The host's last report: its session users `{name, workdirs[]}`.
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub reported_session_users: Option<Vec<Value>>,
-    /// The host's last report: its profiles `{name, display_name, kind}`.
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub reported_profiles: Option<Vec<Value>>,
-    /// The host's last report: its doctor entries.
-    #[schema(value_type = Option<Vec<Object>>)]
-    pub reported_doctor: Option<Vec<Value>>,
-    /// The host's last report: whether it is a server host.
-    pub reported_is_server_host: Option<bool>,
-    /// The host's last report: `host_service.require_local_confirm`.
-    pub reported_require_local_confirm: Option<bool>,
-    /// The host's last report: its version.
-    pub reported_host_version: Option<String>,
-    /// The host's last report: its platform.
-    pub reported_platform: Option<String>,
-    /// The host's last report: its OS version.
-    pub reported_os_version: Option<String>,
-    /// When the host was last seen (Unix ms).
-    pub last_seen_at: Option<i64>,
-    /// The host's version (the `ETag`).
-    pub version: i64,
-    /// Created (Unix ms).
-    pub created_at: i64,
-    /// Last changed (Unix ms).
-    pub updated_at: i64,
-    /// The valid session-user assignments.
-    pub session_users: Vec<HostSessionUser>,
-    /// Whether the host's control connection is up on this node (reads
-    /// only; not part of the version).
-    pub connected: Option<bool>,
-}
-
-/// One session-user assignment of a host (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct HostSessionUser {
-    /// The person.
-    #[schema(format = "uuid")]
-    pub user_id: String,
-    /// The session user's name on the host.
-    pub os_user: String,
 }

@@ -5,13 +5,22 @@
 //! `If-Match`); grant and revoke terminal on a host; invite, disable (with a
 //! step-up and a reason) and enable persons.
 
+use bothy_api::grants::{CreateGrantRequest, CreatedGrant, GrantList, RevokedGrant};
+use bothy_api::hosts::{
+    ConfirmAssignment, ConfirmHostRequest, CreateHostRequest, HostReply, HostWithCode,
+    IssuePairingCodeRequest, ManagedHostReply, SessionUserAssignment, SetHostLlmCredentialsRequest,
+    UpdateHostRequest,
+};
 use bothy_net::Method;
 use serde_json::{Value, json};
 
+use super::common::{logged_in, print_json, step_up};
+use super::hosts::{
+    host_named, host_show, host_uuid, json_of, list_hosts, list_of_host, reported_session_users,
+    resolve_host,
+};
 use crate::api::Api;
 use crate::cli::{HostAction, PersonAction};
-use crate::commands::common::{logged_in, print_json, step_up, uuid_of};
-use crate::commands::hosts::{host_show, list_hosts, list_of_host, resolve_host};
 use crate::dirs::Dirs;
 use crate::error::ClientError;
 use crate::prompt::Tty;
@@ -73,8 +82,13 @@ pub async fn run(dirs: &Dirs, action: HostAction) -> Result<i32, ClientError> {
             reason,
         } => {
             let person_id = person_id(&api, &person).await?;
-            let change =
-                json!({"assign_session_users": [{"user_id": person_id, "os_user": os_user}]});
+            let change = UpdateHostRequest {
+                assign_session_users: Some(vec![SessionUserAssignment {
+                    user_id: person_id,
+                    os_user: os_user.clone(),
+                }]),
+                ..UpdateHostRequest::default()
+            };
             update(&api, &host, change, &reason).await?;
             println!("Session user {os_user} assigned to {person}.");
             Ok(0)
@@ -85,13 +99,11 @@ pub async fn run(dirs: &Dirs, action: HostAction) -> Result<i32, ClientError> {
             reason,
         } => {
             let person_id = person_id(&api, &person).await?;
-            update(
-                &api,
-                &host,
-                json!({"end_session_users": [person_id]}),
-                &reason,
-            )
-            .await?;
+            let change = UpdateHostRequest {
+                end_session_users: Some(vec![person_id]),
+                ..UpdateHostRequest::default()
+            };
+            update(&api, &host, change, &reason).await?;
             println!("The session user of {person} on this host is no longer assigned.");
             Ok(0)
         }
@@ -145,14 +157,6 @@ async fn my_id(api: &Api) -> Result<String, ClientError> {
         .ok_or_else(|| ClientError::Protocol("no principal_id".into()))
 }
 
-/// The pairing code of an answer (createHost, a new pairing code).
-fn pairing_code(answer: &Value) -> Result<&str, ClientError> {
-    answer
-        .get("pairing_code")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ClientError::Protocol("no pairing_code in the answer".into()))
-}
-
 fn pair_command(server: &str, code: &str) -> String {
     format!("sudo bothy-host pair --server {server} --code {code}")
 }
@@ -164,17 +168,19 @@ async fn create(
     assignee: Option<&str>,
     reason: &str,
 ) -> Result<i32, ClientError> {
-    let mut body = json!({"name": name, "reason": reason});
-    if let Some(username) = assignee {
-        body["assigned_user_id"] = json!(person_id(api, username).await?);
-    }
-    body["step_up_id"] = json!(step_up(api).await?);
-    let answer = api.post("/api/v1/hosts", &body).await?;
-    let code = pairing_code(&answer)?;
-    let id = answer["host"]
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or("-");
+    let assigned_user_id = match assignee {
+        Some(username) => Some(person_id(api, username).await?),
+        None => None,
+    };
+    let body = CreateHostRequest {
+        name: name.to_owned(),
+        assigned_user_id,
+        reason: reason.to_owned(),
+        step_up_id: step_up(api).await?,
+    };
+    let answer: HostWithCode = api.post_as("/api/v1/hosts", &body).await?;
+    let code = answer.pairing_code.as_str();
+    let id = answer.host.id.as_str();
     println!("Host {name} created ({id}).");
     println!("Pairing code (shown only now): {code}");
     println!("On the host, run:");
@@ -190,15 +196,15 @@ async fn pair_again(
     reason: &str,
 ) -> Result<i32, ClientError> {
     let host = resolve_host(api, wanted).await?;
-    let host_id = uuid_of(&host, "id")?;
-    let step_up_id = step_up(api).await?;
-    let answer = api
-        .post(
-            &format!("/api/v1/hosts/{host_id}/pairing-code"),
-            &json!({"reason": reason, "step_up_id": step_up_id}),
-        )
+    let host_id = host_uuid(&host)?;
+    let body = IssuePairingCodeRequest {
+        reason: reason.to_owned(),
+        step_up_id: step_up(api).await?,
+    };
+    let answer: HostWithCode = api
+        .post_as(&format!("/api/v1/hosts/{host_id}/pairing-code"), &body)
         .await?;
-    let code = pairing_code(&answer)?;
+    let code = answer.pairing_code.as_str();
     println!("New pairing code (shown only now): {code}");
     println!("The host's sessions ended and its old keys are refused. On the host, run:");
     println!("  {}", pair_command(server, code));
@@ -229,11 +235,11 @@ fn ask_prefix(tty: &mut Tty) -> Result<String, ClientError> {
 /// answers (D-373).
 async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientError> {
     let host = resolve_host(api, wanted).await?;
-    let host_id = uuid_of(&host, "id")?;
-    if host.get("state").and_then(Value::as_str) != Some("confirming") {
+    let host_id = host_uuid(&host)?;
+    if host.state != "confirming" {
         return Err(ClientError::HostState(format!(
             "the host is {}, not waiting for a confirmation (it is confirming after bothy-host pair)",
-            host.get("state").and_then(Value::as_str).unwrap_or("-")
+            host.state
         )));
     }
     let my_id = my_id(api).await?;
@@ -256,16 +262,7 @@ async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientErr
             _ => tty.say("Please answer none, organization or personal.\n")?,
         }
     };
-    let reported: Vec<String> = host
-        .get("reported_session_users")
-        .and_then(Value::as_array)
-        .map(|users| {
-            users
-                .iter()
-                .filter_map(|u| u.get("name").and_then(Value::as_str).map(str::to_owned))
-                .collect()
-        })
-        .unwrap_or_default();
+    let reported = reported_session_users(&host);
     let mut session_users = Vec::new();
     if !reported.is_empty() {
         let own = loop {
@@ -281,7 +278,10 @@ async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientErr
         };
         let mut taken: Vec<String> = Vec::new();
         if !own.is_empty() {
-            session_users.push(json!({"user_id": my_id, "os_user": own}));
+            session_users.push(ConfirmAssignment {
+                user_id: my_id.clone(),
+                os_user: own.clone(),
+            });
             taken.push(own);
         }
         // The others' session users: one person and one name per line.
@@ -300,7 +300,10 @@ async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientErr
                     }
                     match person_id(api, username).await {
                         Ok(id) => {
-                            session_users.push(json!({"user_id": id, "os_user": os_user}));
+                            session_users.push(ConfirmAssignment {
+                                user_id: id,
+                                os_user: os_user.clone(),
+                            });
                             taken.push(os_user);
                         }
                         Err(_) => tty.say("No person has that username.\n")?,
@@ -311,20 +314,19 @@ async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientErr
         }
     }
     drop(tty);
-    let mut body = json!({
-        "llm_credentials": llm,
-        "declared_server_host": server_host,
-        "session_users": session_users,
-        "reason": reason,
-    });
-    if llm == "personal" {
-        body["credential_holder_id"] = json!(my_id);
-    }
-    body["step_up_id"] = json!(step_up(api).await?);
-    let answer = loop {
-        body["fingerprint_prefix"] = json!(prefix);
+    let mut body = ConfirmHostRequest {
+        fingerprint_prefix: String::new(),
+        credential_holder_id: (llm == "personal").then(|| my_id.clone()),
+        llm_credentials: llm,
+        declared_server_host: server_host,
+        session_users,
+        reason: reason.to_owned(),
+        step_up_id: step_up(api).await?,
+    };
+    let answer: HostReply = loop {
+        body.fingerprint_prefix.clone_from(&prefix);
         match api
-            .post(&format!("/api/v1/hosts/{host_id}/confirm"), &body)
+            .post_as(&format!("/api/v1/hosts/{host_id}/confirm"), &body)
             .await
         {
             Ok(answer) => break answer,
@@ -337,7 +339,7 @@ async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientErr
                 tty.say(&format!("{}.\n", capitalized(&problem.summary())))?;
                 prefix = ask_prefix(&mut tty)?;
                 drop(tty);
-                body["step_up_id"] = json!(step_up(api).await?);
+                body.step_up_id = step_up(api).await?;
             }
             // Another length than this client's default (the server's
             // terminal.fingerprint_confirm_chars): not counted, the step-up
@@ -363,11 +365,7 @@ async fn confirm(api: &Api, wanted: &str, reason: &str) -> Result<i32, ClientErr
             Err(e) => return Err(e),
         }
     };
-    let state = answer["host"]
-        .get("state")
-        .and_then(Value::as_str)
-        .unwrap_or("-");
-    println!("Host {host_id} confirmed: {state}.");
+    println!("Host {host_id} confirmed: {}.", answer.host.state);
     Ok(0)
 }
 
@@ -384,17 +382,17 @@ fn capitalized(text: &str) -> String {
 async fn update(
     api: &Api,
     wanted: &str,
-    mut change: Value,
+    mut change: UpdateHostRequest,
     reason: &str,
-) -> Result<Value, ClientError> {
+) -> Result<ManagedHostReply, ClientError> {
     let host = resolve_host(api, wanted).await?;
-    let host_id = uuid_of(&host, "id")?;
+    let host_id = host_uuid(&host)?;
     let path = format!("/api/v1/hosts/{host_id}");
     let step_up_id = step_up(api).await?;
     let (_, etag) = api.get_versioned(&path).await?;
-    change["reason"] = json!(reason);
-    change["step_up_id"] = json!(step_up_id);
-    api.send_if_match(Method::PATCH, &path, &change, &etag)
+    reason.clone_into(&mut change.reason);
+    change.step_up_id = step_up_id;
+    api.send_if_match_as(Method::PATCH, &path, &change, &etag)
         .await
 }
 
@@ -407,39 +405,48 @@ async fn llm(
     reason: &str,
 ) -> Result<i32, ClientError> {
     let host = resolve_host(api, wanted).await?;
-    let host_id = uuid_of(&host, "id")?;
-    let mut body = json!({"llm_credentials": credentials, "reason": reason});
-    if credentials == "personal" {
-        let holder_id = match holder {
+    let host_id = host_uuid(&host)?;
+    let credential_holder_id = if credentials == "personal" {
+        Some(match holder {
             Some(username) => person_id(api, username).await?,
             None => my_id(api).await?,
-        };
-        body["credential_holder_id"] = json!(holder_id);
+        })
     } else if holder.is_some() {
         return Err(ClientError::Usage(
             "--holder goes only with personal".into(),
         ));
-    }
+    } else {
+        None
+    };
     let path = format!("/api/v1/hosts/{host_id}");
-    body["step_up_id"] = json!(step_up(api).await?);
+    let body = SetHostLlmCredentialsRequest {
+        llm_credentials: credentials.to_owned(),
+        credential_holder_id,
+        reason: reason.to_owned(),
+        step_up_id: step_up(api).await?,
+    };
     let (_, etag) = api.get_versioned(&path).await?;
-    api.send_if_match(
-        Method::PUT,
-        &format!("{path}/llm-credentials"),
-        &body,
-        &etag,
-    )
-    .await?;
+    let _: ManagedHostReply = api
+        .send_if_match_as(
+            Method::PUT,
+            &format!("{path}/llm-credentials"),
+            &body,
+            &etag,
+        )
+        .await?;
     println!("Host {wanted}: LLM login {credentials}.");
     Ok(0)
 }
 
 async fn set_state(api: &Api, wanted: &str, state: &str, reason: &str) -> Result<i32, ClientError> {
-    let answer = update(api, wanted, json!({"state": state}), reason).await?;
-    let host = answer.get("host").unwrap_or(&answer);
-    let now = host.get("state").and_then(Value::as_str).unwrap_or(state);
+    let change = UpdateHostRequest {
+        state: Some(state.to_owned()),
+        ..UpdateHostRequest::default()
+    };
+    let host = update(api, wanted, change, reason).await?.host;
+    let now = host.state.as_str();
     println!("Host {wanted}: {now}.");
-    let connected = host.get("connected").and_then(Value::as_bool) == Some(true);
+    let connected = host.connected == Some(true);
     if now == "active" && !connected {
         // Issue 15 item 4: a disabled host's service waits its longest
         // backoff before each new attempt (4111, 3.5).
@@ -462,7 +469,7 @@ pub async fn grant(
 ) -> Result<i32, ClientError> {
     let (_, api) = logged_in(dirs)?;
     let host = resolve_host(&api, wanted).await?;
-    let host_id = uuid_of(&host, "id")?;
+    let host_id = host_uuid(&host)?;
     let (kind, id, who) = match (person, group) {
         (Some(username), None) => ("person", person_id(&api, username).await?, username),
         (None, Some(name)) => ("group", group_id(&api, name).await?, name),
@@ -472,18 +479,16 @@ pub async fn grant(
             ));
         }
     };
-    let answer = api
-        .post(
-            "/api/v1/grants",
-            &json!({"host_id": host_id.to_string(), "recipient_kind": kind, "recipient_id": id}),
-        )
-        .await?;
-    let id = answer["grant"]
-        .get("id")
-        .and_then(Value::as_str)
-        .unwrap_or("-");
+    let body = CreateGrantRequest {
+        host_id: host_id.to_string(),
+        recipient_kind: kind.to_owned(),
+        recipient_id: id,
+        expires_at: None,
+    };
+    let answer: CreatedGrant = api.post_as("/api/v1/grants", &body).await?;
+    let id = answer.grant.id;
     println!("Grant {id}: {kind} {who} has terminal on {wanted}.");
-    if answer["preview"].get("effective").and_then(Value::as_bool) == Some(false) {
+    if !answer.preview.effective {
         println!(
             "Note: it has no effect yet (a person needs a session user on the host, and the host's rules must allow it)."
         );
@@ -494,9 +499,11 @@ pub async fn grant(
 /// `bothy grants [--host HOST] [--json]`.
 pub async fn grants(dirs: &Dirs, host: Option<&str>, as_json: bool) -> Result<i32, ClientError> {
     let (_, api) = logged_in(dirs)?;
-    let grants = list_of_host(&api, "/api/v1/grants", "grants", host).await?;
+    let grants = list_of_host::<GrantList>(&api, "/api/v1/grants", host)
+        .await?
+        .grants;
     if as_json {
-        print_json(Value::Array(grants));
+        print_json(json_of(&grants));
         return Ok(0);
     }
     let hosts = list_hosts(&api).await?;
@@ -505,20 +512,14 @@ pub async fn grants(dirs: &Dirs, host: Option<&str>, as_json: bool) -> Result<i3
         "GRANT", "HOST", "KIND", "RECIPIENT"
     );
     for grant in &grants {
-        let text = |key: &str| grant.get(key).and_then(Value::as_str).unwrap_or("-");
-        let host_name = hosts
-            .iter()
-            .find(|h| h.get("id").and_then(Value::as_str) == Some(text("host_id")))
-            .and_then(|h| h.get("name").and_then(Value::as_str))
-            .unwrap_or("-");
-        let valid = grant.get("valid").and_then(Value::as_bool) == Some(true);
+        let host_name = host_named(&hosts, &grant.host_id).map_or("-", |h| h.name.as_str());
         println!(
             "{:<36}  {:<20}  {:<7}  {:<36}  {}",
-            text("id"),
+            grant.id,
             host_name,
-            text("recipient_kind"),
-            text("recipient_id"),
-            if valid { "yes" } else { "no" }
+            grant.recipient_kind,
+            grant.recipient_id,
+            if grant.valid { "yes" } else { "no" }
         );
     }
     Ok(0)
@@ -528,13 +529,10 @@ pub async fn grants(dirs: &Dirs, host: Option<&str>, as_json: bool) -> Result<i3
 pub async fn revoke(dirs: &Dirs, grant: &str) -> Result<i32, ClientError> {
     let grant = grant_typed(grant)?;
     let (_, api) = logged_in(dirs)?;
-    let answer = api
-        .post_empty(&format!("/api/v1/grants/{grant}/revoke"))
+    let answer: RevokedGrant = api
+        .post_empty_as(&format!("/api/v1/grants/{grant}/revoke"))
         .await?;
-    let ended = answer
-        .get("sessions_ended")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
+    let ended = answer.sessions_ended;
     println!("Grant {grant} revoked; {ended} session(s) ended.");
     Ok(0)
 }
