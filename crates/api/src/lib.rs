@@ -15,9 +15,21 @@
 //! them where it needs a `Uuid`.
 //!
 //! # Layout
-//! - [`auth`]: the password rule both sides apply.
+//! - [`auth`]: the password rule both sides apply; enrollment, login, "whoami"
+//!   (a person or an agent or app), the login sessions, the step-up.
+//! - [`passkeys`]: passkeys (at enrollment, added later, the first one of a
+//!   person enrolled without one) and the web console's login; the WebAuthn
+//!   structures stay JSON values.
+//! - [`persons`]: invite, list, disable, enable, role (with [`persons::Role`]
+//!   and [`persons::PersonStatus`]).
+//! - [`devices`]: the devices of CLI logins.
+//! - [`tokens`]: API tokens of agents and apps (with [`tokens::ServiceKind`]).
 //! - [`terminal`]: terminal sessions — open, attach (with the quick-reattach
 //!   challenge), close, and the reads.
 
 pub mod auth;
+pub mod devices;
+pub mod passkeys;
+pub mod persons;
 pub mod terminal;
+pub mod tokens;

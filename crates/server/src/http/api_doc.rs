@@ -32,9 +32,7 @@ use utoipa::{IntoResponses, Modify, PartialSchema, ToSchema};
 
 use super::problem::{ApiError, ProblemCode};
 use crate::audit::{ActorKind, AuditAction, AuditCode, Decision, TargetKind};
-use crate::identity::login_sessions::ClientComponent;
-use crate::identity::step_up::StepUpMethod;
-use crate::identity::{PersonStatus, PrincipalKind, Role, console};
+use crate::identity::console;
 
 /// The security scheme of `Authorization: Bearer <token>`.
 pub const BEARER: &str = "bearer";
@@ -196,11 +194,6 @@ macro_rules! code_schemas {
 }
 
 code_schemas! {
-    Role => "The role of a person.",
-    PersonStatus => "The status of a person; only `active` persons log in.",
-    ClientComponent => "Where a login session was made: the CLI (with a device key) or the \
-        web console (cookie, no device key).",
-    StepUpMethod => "How a step-up is proven: `totp` (CLI) or `webauthn` (console).",
     AuditAction => "An audited action.",
     Decision => "The outcome of an audited action.",
     ActorKind => "The kind of an audit entry's actor.",
@@ -217,21 +210,6 @@ impl PartialSchema for ProblemCode {
 }
 
 impl ToSchema for ProblemCode {}
-
-/// The kind of an agent or app principal: `agent` or `app` (doc-only).
-#[derive(Debug)]
-pub struct ServiceKind;
-
-impl PartialSchema for ServiceKind {
-    fn schema() -> RefOr<Schema> {
-        described(
-            string_enum([PrincipalKind::Agent.as_str(), PrincipalKind::App.as_str()]),
-            "The kind of a principal with API tokens.",
-        )
-    }
-}
-
-impl ToSchema for ServiceKind {}
 
 /// `400 validation_failed`.
 #[derive(Debug, IntoResponses)]
