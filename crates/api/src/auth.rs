@@ -452,7 +452,12 @@ mod tests {
             expires_at: 1,
         };
         let text = format!("{login:?} {answer:?} {:?}", StepUpRequest::totp("canary-4"));
-        for canary in ["canary-password-1", "canary-totp-2", "canary-token-3", "canary-4"] {
+        for canary in [
+            "canary-password-1",
+            "canary-totp-2",
+            "canary-token-3",
+            "canary-4",
+        ] {
             assert!(!text.contains(canary), "{text}");
         }
         assert!(text.contains("alice"));

@@ -23,7 +23,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use uuid::Uuid;
 
 use bothy_api::terminal::{
@@ -39,7 +38,7 @@ use crate::api::Api;
 use crate::cli::Alive;
 use crate::close::Reaction;
 use crate::commands::common::{
-    TRIES, color_enabled, logged_in, step_up, step_up_id, totp_form, uuid_of,
+    TRIES, color_enabled, logged_in, step_up, totp_form, totp_step_up, uuid_of,
 };
 use crate::commands::hosts::{check_foreign_assignee, check_pin, offered_pin, resolve_host};
 use crate::commands::sessions::{list_sessions, resolve_session, session_uuid};
@@ -496,15 +495,8 @@ impl Session<'_> {
                 continue;
             };
             tries += 1;
-            match self
-                .api
-                .post(
-                    "/api/v1/auth/step-up",
-                    &json!({"method": "totp", "code": code}),
-                )
-                .await
-            {
-                Ok(answer) => return step_up_id(&answer),
+            match totp_step_up(&self.api, code).await {
+                Ok(step_up_id) => return Ok(step_up_id),
                 Err(ClientError::Problem(problem))
                     if tries < TRIES && problem.is("step_up_required", Some("totp_invalid")) =>
                 {

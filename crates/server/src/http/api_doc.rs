@@ -7,8 +7,10 @@
 //! and `bothy_proto::json::Object`), never through serde types, so the schema
 //! types of the document are doc-only: each route file declares, next to its
 //! handlers, structs that name exactly the members the handler reads and writes.
-//! Closed lists of codes (roles, problem codes, audit actions, ...) are read from
-//! the enums themselves (`ALL`), so they cannot drift either.
+//! Closed lists of codes (problem codes, audit actions, ...) are read from
+//! the enums themselves (`ALL`), so they cannot drift either; those of
+//! `bothy-api` (roles, ...) are its enums, which the routes convert from the
+//! domain's by exhaustive matches (D-600).
 //!
 //! Layout:
 //! - [`base`]: the document before any route: info, tags, [`Problem`], the

@@ -25,6 +25,7 @@ use utoipa_axum::routes;
 use super::body::{JsonBody, path_id, read_conn};
 use super::host_manage;
 use crate::audit::AuditAction;
+use crate::db;
 use crate::http::api_doc::{
     Internal, NotFound, PayloadTooLarge, Problem, Unauthenticated, Unavailable,
     UnsupportedMediaType, ValidationFailed,
@@ -35,7 +36,6 @@ use crate::identity::admin::{PersonRef, RoleAuthority};
 use crate::identity::persons::{self, Username};
 use crate::identity::principal::Principal;
 use crate::identity::{PersonStatus, Role, admin};
-use crate::db;
 use crate::state::AppState;
 
 /// The routes of this file.

@@ -25,9 +25,9 @@ use crate::http::api_doc::{
 };
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, ProblemCode};
-use crate::identity::{IdentityError, PrincipalKind};
 use crate::identity::api_tokens::{self, ServiceName, TokenFor};
 use crate::identity::principal::Principal;
+use crate::identity::{IdentityError, PrincipalKind};
 use crate::state::AppState;
 
 /// The routes of this file.
