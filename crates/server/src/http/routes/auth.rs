@@ -81,6 +81,34 @@ pub(super) fn gate(state: &AppState, client: ClientAddr, now: i64) -> Result<(),
         .map_err(|retry| ApiError::new(ProblemCode::RateLimited).with_retry_after(retry.seconds))
 }
 
+/// The opening of every public route: the client's `rl.public_auth` bucket
+/// before anything ([`gate`]), then the body with exactly `members`.
+pub(super) fn public_body<'a>(
+    state: &AppState,
+    client: ClientAddr,
+    now: i64,
+    body: &'a serde_json::Value,
+    members: &[&str],
+) -> Result<Object<'a>, ApiError> {
+    gate(state, client, now)?;
+    Ok(Object::root(body, members)?)
+}
+
+/// `username`, `password` and `totp` of a public call that proves password
+/// and TOTP code (the CLI's login, the first passkey's start), read in this
+/// order: the password only bounded in length ([`Password::presented`]) and
+/// the code only in form ([`TotpCode::parse`]), so a wrong one is the check's
+/// `401`, never a `400` that tells it apart.
+pub(super) fn password_and_totp<'a>(
+    object: &Object<'a>,
+) -> Result<(&'a str, Option<Password>, Option<TotpCode>), ApiError> {
+    Ok((
+        object.str("username")?,
+        Password::presented(object.str("password")?),
+        TotpCode::parse(object.str("totp")?),
+    ))
+}
+
 /// Whether `error` is a failed check of a presented credential (a password,
 /// a code, an assertion), which the rate limits count.
 fn failed_check(error: &IdentityError) -> bool {
@@ -143,8 +171,7 @@ async fn enroll_check(
     JsonBody(body): JsonBody,
 ) -> Result<Json<CheckEnrollmentCodeResponse>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code"])?;
+    let object = public_body(&state, client, now, &body, &["code"])?;
     let code = object.str("code")?;
     let checked = charged(
         &state,
@@ -236,8 +263,7 @@ async fn enroll(
     JsonBody(body): JsonBody,
 ) -> Result<Json<EnrollResponse>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code", "password"])?;
+    let object = public_body(&state, client, now, &body, &["code", "password"])?;
     let code = object.str("code")?;
     let password = object.str("password")?;
     let started = charged(
@@ -290,8 +316,7 @@ async fn enroll_confirm(
     JsonBody(body): JsonBody,
 ) -> Result<Json<ConfirmEnrollmentResponse>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code", "totp"])?;
+    let object = public_body(&state, client, now, &body, &["code", "totp"])?;
     let code = object.str("code")?;
     let totp = object.str("totp")?;
     let confirmed = charged(
@@ -349,8 +374,10 @@ async fn login(
     JsonBody(body): JsonBody,
 ) -> Result<Json<LoginResponse>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(
+    let object = public_body(
+        &state,
+        client,
+        now,
         &body,
         &[
             "username",
@@ -360,9 +387,7 @@ async fn login(
             "device_name",
         ],
     )?;
-    let username = object.str("username")?.to_owned();
-    let password = Password::presented(object.str("password")?);
-    let totp = TotpCode::parse(object.str("totp")?);
+    let (username, password, totp) = password_and_totp(&object)?;
     let key = object.member("device_public_key")?;
     let device_public_key = key
         .as_b64_array::<32>()
@@ -375,7 +400,7 @@ async fn login(
         ApiError::new(ProblemCode::ValidationFailed).with_error("/device_name", "invalid")
     })?;
     let request = login_sessions::LoginRequest {
-        username,
+        username: username.to_owned(),
         password,
         second_factor: SecondFactor::Totp(totp),
         device_public_key,

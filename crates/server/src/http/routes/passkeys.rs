@@ -31,7 +31,7 @@ use bothy_proto::json::Object;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::{charged, gate, step_up_charged};
+use super::auth::{charged, password_and_totp, public_body, step_up_charged};
 use super::body::{ClientAddr, JsonBody};
 use crate::audit::AuditAction;
 use crate::db;
@@ -46,7 +46,6 @@ use crate::identity::passkey::{self, Started};
 use crate::identity::password::Password;
 use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::step_up::CreatedStepUp;
-use crate::identity::totp::TotpCode;
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -67,6 +66,22 @@ fn started(started: Started) -> Json<PasskeyChallenge> {
     Json(PasskeyChallenge {
         challenge_id: db::id_text(&started.challenge_id),
         options: started.options,
+    })
+}
+
+/// The members of a finish proven by password and passkey: the console's
+/// login and the first passkey's finish.
+const PASSWORD_AND_PASSKEY: &[&str] = &["username", "password", "challenge_id", "credential"];
+
+/// The members of [`PASSWORD_AND_PASSKEY`], read in this order; the password
+/// only bounded in length ([`Password::presented`]), so a wrong one is the
+/// check's `401`.
+fn password_and_passkey(object: &Object<'_>) -> Result<ConsoleLogin, ApiError> {
+    Ok(ConsoleLogin {
+        username: object.str("username")?.to_owned(),
+        password: Password::presented(object.str("password")?),
+        challenge_id: object.uuid("challenge_id")?,
+        credential: object.member("credential")?.value().clone(),
     })
 }
 
@@ -103,8 +118,7 @@ async fn enroll_start(
     JsonBody(body): JsonBody,
 ) -> Result<Json<PasskeyChallenge>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code"])?;
+    let object = public_body(&state, client, now, &body, &["code"])?;
     let code = object.str("code")?;
     let result = passkey::enroll_start(state.db(), state.pepper(), state.config(), now, code).await;
     Ok(started(charged(&state, client, now, result)?))
@@ -136,8 +150,13 @@ async fn enroll_finish(
     JsonBody(body): JsonBody,
 ) -> Result<Json<PasskeyRegistered>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code", "challenge_id", "credential"])?;
+    let object = public_body(
+        &state,
+        client,
+        now,
+        &body,
+        &["code", "challenge_id", "credential"],
+    )?;
     let code = object.str("code")?;
     let challenge_id = object.uuid("challenge_id")?;
     let credential = object.member("credential")?.value();
@@ -286,11 +305,14 @@ async fn first_start(
     JsonBody(body): JsonBody,
 ) -> Result<Json<PasskeyChallenge>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["username", "password", "totp"])?;
-    let username = object.str("username")?;
-    let password = Password::presented(object.str("password")?);
-    let totp = TotpCode::parse(object.str("totp")?);
+    let object = public_body(
+        &state,
+        client,
+        now,
+        &body,
+        &["username", "password", "totp"],
+    )?;
+    let (username, password, totp) = password_and_totp(&object)?;
     let result = passkey::first_start(
         state.db(),
         state.pepper(),
@@ -335,23 +357,16 @@ async fn first_finish(
     JsonBody(body): JsonBody,
 ) -> Result<Json<PasskeyRegistered>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(
-        &body,
-        &["username", "password", "challenge_id", "credential"],
-    )?;
-    let username = object.str("username")?;
-    let password = Password::presented(object.str("password")?);
-    let challenge_id = object.uuid("challenge_id")?;
-    let credential = object.member("credential")?.value();
+    let object = public_body(&state, client, now, &body, PASSWORD_AND_PASSKEY)?;
+    let request = password_and_passkey(&object)?;
     let result = passkey::first_finish(
         state.db(),
         state.config(),
         now,
-        username,
-        password.as_ref(),
-        challenge_id,
-        credential,
+        &request.username,
+        request.password.as_ref(),
+        request.challenge_id,
+        &request.credential,
     )
     .await;
     let passkey_id = charged(&state, client, now, result)?;
@@ -386,8 +401,7 @@ async fn login_start(
     JsonBody(body): JsonBody,
 ) -> Result<Json<PasskeyChallenge>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["username"])?;
+    let object = public_body(&state, client, now, &body, &["username"])?;
     let username = object.str("username")?;
     let result =
         console::login_start(state.db(), state.pepper(), state.config(), now, username).await;
@@ -425,17 +439,8 @@ async fn login_finish(
     JsonBody(body): JsonBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(
-        &body,
-        &["username", "password", "challenge_id", "credential"],
-    )?;
-    let request = ConsoleLogin {
-        username: object.str("username")?.to_owned(),
-        password: Password::presented(object.str("password")?),
-        challenge_id: object.uuid("challenge_id")?,
-        credential: object.member("credential")?.value().clone(),
-    };
+    let object = public_body(&state, client, now, &body, PASSWORD_AND_PASSKEY)?;
+    let request = password_and_passkey(&object)?;
     let result =
         console::login_finish(state.db(), state.pepper(), state.config(), now, request).await;
     let logged_in = charged(&state, client, now, result)?;
