@@ -495,7 +495,7 @@ impl Session<'_> {
                 continue;
             };
             tries += 1;
-            match totp_step_up(&self.api, code).await {
+            match totp_step_up(self.api, code).await {
                 Ok(step_up_id) => return Ok(step_up_id),
                 Err(ClientError::Problem(problem))
                     if tries < TRIES && problem.is("step_up_required", Some("totp_invalid")) =>
