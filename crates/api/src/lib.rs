@@ -16,18 +16,30 @@
 //!
 //! # Layout
 //! - [`audit`]: the audit log's page of entries (`details` stays a JSON object).
-//! - [`auth`]: the password rule both sides apply.
+//! - [`auth`]: the password rule both sides apply; enrollment, login, "whoami"
+//!   (a person or an agent or app), the login sessions, the step-up.
+//! - [`devices`]: the devices of CLI logins.
 //! - [`grants`]: grants of terminal on hosts — create (with its preview),
 //!   revoke, list.
 //! - [`groups`]: groups of persons and their members.
 //! - [`hosts`]: hosts — create, pairing code, host.pair, confirm, the changes
 //!   and the reads; the `Host` a reader sees.
+//! - [`passkeys`]: passkeys (at enrollment, added later, the first one of a
+//!   person enrolled without one) and the web console's login; the WebAuthn
+//!   structures stay JSON values.
+//! - [`persons`]: invite, list, disable, enable, role (with [`persons::Role`]
+//!   and [`persons::PersonStatus`]).
+//! - [`tokens`]: API tokens of agents and apps (with [`tokens::ServiceKind`]).
 //! - [`terminal`]: terminal sessions — open, attach (with the quick-reattach
 //!   challenge), close, and the reads.
 
 pub mod audit;
 pub mod auth;
+pub mod devices;
 pub mod grants;
 pub mod groups;
 pub mod hosts;
+pub mod passkeys;
+pub mod persons;
 pub mod terminal;
+pub mod tokens;

@@ -23,7 +23,6 @@
 
 use std::time::Duration;
 
-use serde_json::json;
 use uuid::Uuid;
 
 use bothy_api::terminal::{
@@ -38,7 +37,7 @@ use bothy_proto::stream;
 use crate::api::Api;
 use crate::cli::Alive;
 use crate::close::Reaction;
-use crate::commands::common::{TRIES, color_enabled, logged_in, step_up, step_up_id, totp_form};
+use crate::commands::common::{TRIES, color_enabled, logged_in, step_up, totp_form, totp_step_up};
 use crate::commands::hosts::{
     check_foreign_assignee, check_pin, host_uuid, offered_pin, resolve_host,
 };
@@ -495,15 +494,8 @@ impl Session<'_> {
                 continue;
             };
             tries += 1;
-            match self
-                .api
-                .post(
-                    "/api/v1/auth/step-up",
-                    &json!({"method": "totp", "code": code}),
-                )
-                .await
-            {
-                Ok(answer) => return step_up_id(&answer),
+            match totp_step_up(self.api, code).await {
+                Ok(step_up_id) => return Ok(step_up_id),
                 Err(ClientError::Problem(problem))
                     if tries < TRIES && problem.is("step_up_required", Some("totp_invalid")) =>
                 {

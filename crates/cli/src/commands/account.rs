@@ -1,7 +1,12 @@
 //! The account commands: `enroll`, `login`, `logout`, `whoami`.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
+use bothy_api::auth::{
+    CheckEnrollmentCodeRequest, CheckEnrollmentCodeResponse, ConfirmEnrollmentRequest,
+    ConfirmEnrollmentResponse, EnrollRequest, EnrollResponse, LoginRequest, LoginResponse,
+    SessionResponse,
+};
 use bothy_net::ServerUrl;
 
 use super::common::{PASSWORD_MIN_CHARS, TRIES, ask_totp, logged_in, print_json};
@@ -42,16 +47,18 @@ pub(super) async fn login(
         tries += 1;
         let password = tty.ask_secret("Password: ")?;
         let totp = ask_totp(&mut tty, "TOTP code: ")?;
-        let body = json!({
-            "username": username,
-            "password": password.as_str(),
-            "totp": totp,
-            "device_public_key": login::device_public_key(&key),
-            "device_name": device_name,
-        });
+        let body = LoginRequest {
+            username: username.clone(),
+            password: password.as_str().to_owned(),
+            totp,
+            device_public_key: login::device_public_key(&key),
+            device_name: device_name.clone(),
+        };
         drop(password);
         let spinner = Spinner::start("logging in");
-        let answer = api.post("/api/v1/auth/login", &body).await;
+        let answer = api
+            .post_as::<LoginResponse>("/api/v1/auth/login", &body)
+            .await;
         drop(spinner);
         drop(body);
         match answer {
@@ -67,24 +74,15 @@ pub(super) async fn login(
             Err(e) => return Err(e),
         }
     };
-    let field = |key: &str| {
-        answer
-            .get(key)
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| ClientError::Protocol(format!("the login answer lacks {key}")))
-    };
     let stored = StoredLogin {
         server: server.https_base(),
         username: username.clone(),
-        access_token: field("access_token")?,
-        login_session_id: field("login_session_id")?,
-        device_id: field("device_id")?,
-        expires_at: answer
-            .get("expires_at")
-            .and_then(Value::as_i64)
-            .unwrap_or(0),
+        access_token: answer.access_token.clone(),
+        login_session_id: answer.login_session_id.clone(),
+        device_id: answer.device_id.clone(),
+        expires_at: answer.expires_at,
     };
+    drop(answer);
     stored.store(dirs)?;
     println!(
         "Logged in as {username} on {server} (device {}).",
@@ -128,17 +126,13 @@ pub(super) async fn enroll(server: &str) -> Result<i32, ClientError> {
         tries += 1;
         let code = tty.ask_secret("Enrollment code: ")?;
         let code = code.trim().to_owned();
+        let request = CheckEnrollmentCodeRequest { code };
         match api
-            .post("/api/v1/auth/enroll/check", &json!({"code": code}))
+            .post_as::<CheckEnrollmentCodeResponse>("/api/v1/auth/enroll/check", &request)
             .await
         {
             Ok(checked) => {
-                let username = checked
-                    .get("username")
-                    .and_then(Value::as_str)
-                    .unwrap_or("-")
-                    .to_owned();
-                break (zeroize::Zeroizing::new(code), username);
+                break (zeroize::Zeroizing::new(request.code), checked.username);
             }
             Err(ClientError::Problem(problem))
                 if tries < TRIES && problem.is("unauthenticated", None) =>
@@ -169,17 +163,14 @@ pub(super) async fn enroll(server: &str) -> Result<i32, ClientError> {
         }
         tty.say("The two passwords differ; once more.\n")?;
     };
-    let started = api
-        .post(
-            "/api/v1/auth/enroll",
-            &json!({"code": code.as_str(), "password": password.as_str()}),
-        )
-        .await?;
+    let request = EnrollRequest {
+        code: code.to_string(),
+        password: password.to_string(),
+    };
     drop(password);
-    let uri = started
-        .get("otpauth_uri")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ClientError::Protocol("no otpauth_uri in the answer".into()))?;
+    let started: EnrollResponse = api.post_as("/api/v1/auth/enroll", &request).await?;
+    drop(request);
+    let uri = started.otpauth_uri.as_str();
     tty.say(
         "Add your TOTP secret to your authenticator app: scan this code, or type the secret \
          below. It is a secret: show it to no one.\n",
@@ -195,11 +186,12 @@ pub(super) async fn enroll(server: &str) -> Result<i32, ClientError> {
     loop {
         tries += 1;
         let totp = ask_totp(&mut tty, "The code your app shows now: ")?;
+        let request = ConfirmEnrollmentRequest {
+            code: code.to_string(),
+            totp,
+        };
         match api
-            .post(
-                "/api/v1/auth/enroll/confirm",
-                &json!({"code": code.as_str(), "totp": totp}),
-            )
+            .post_as::<ConfirmEnrollmentResponse>("/api/v1/auth/enroll/confirm", &request)
             .await
         {
             Ok(_) => break,
@@ -233,27 +225,28 @@ pub(super) async fn logout(dirs: &Dirs) -> Result<i32, ClientError> {
 
 pub(super) async fn whoami(dirs: &Dirs, as_json: bool) -> Result<i32, ClientError> {
     let (stored, api) = logged_in(dirs)?;
-    let mut me = api.get("/api/v1/auth/session").await?;
+    let me: SessionResponse = api.get_as("/api/v1/auth/session").await?;
     if as_json {
-        if let Some(object) = me.as_object_mut() {
+        let mut value = serde_json::to_value(&me)
+            .map_err(|_| ClientError::Protocol("an answer that does not encode".into()))?;
+        if let Some(object) = value.as_object_mut() {
             object.insert("server".into(), json!(stored.server));
         }
-        print_json(me);
+        print_json(value);
         return Ok(EXIT_OK);
     }
-    let text = |key: &str| {
-        me.get(key)
-            .and_then(Value::as_str)
-            .unwrap_or("-")
-            .to_owned()
+    // A stored login is a person's; an agent's or app's token has none of
+    // these.
+    let (username, role, device) = match &me {
+        SessionResponse::Person(person) => (
+            person.username.as_str(),
+            person.role.as_str(),
+            person.device_id.as_deref().unwrap_or("-"),
+        ),
+        SessionResponse::Service(_) => ("-", "-", "-"),
     };
-    println!(
-        "{} ({}) on {}",
-        text("username"),
-        text("role"),
-        stored.server
-    );
-    println!("device {}", text("device_id"));
+    println!("{username} ({role}) on {}", stored.server);
+    println!("device {device}");
     Ok(EXIT_OK)
 }
 

@@ -4,7 +4,9 @@
 
 use std::io::IsTerminal;
 
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use bothy_api::auth::{StepUpRequest, StepUpResponse};
 
 use bothy_net::ServerUrl;
 
@@ -72,15 +74,10 @@ pub(crate) async fn step_up(api: &Api) -> Result<String, ClientError> {
         tries += 1;
         let code = ask_totp(&mut tty, "TOTP code for the step-up: ")?;
         let spinner = Spinner::start("checking the code");
-        let answer = api
-            .post(
-                "/api/v1/auth/step-up",
-                &json!({"method": "totp", "code": code}),
-            )
-            .await;
+        let answer = totp_step_up(api, code).await;
         drop(spinner);
         match answer {
-            Ok(answer) => return step_up_id(&answer),
+            Ok(step_up_id) => return Ok(step_up_id),
             Err(ClientError::Problem(problem))
                 if tries < TRIES && problem.is("step_up_required", Some("totp_invalid")) =>
             {
@@ -91,13 +88,12 @@ pub(crate) async fn step_up(api: &Api) -> Result<String, ClientError> {
     }
 }
 
-/// The `step_up_id` of a step-up's answer.
-pub(crate) fn step_up_id(answer: &Value) -> Result<String, ClientError> {
-    answer
-        .get("step_up_id")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| ClientError::Protocol("the step-up lacks step_up_id".into()))
+/// Sends one TOTP step-up with `code`; its `step_up_id`.
+pub(crate) async fn totp_step_up(api: &Api, code: String) -> Result<String, ClientError> {
+    let answer: StepUpResponse = api
+        .post_as("/api/v1/auth/step-up", &StepUpRequest::totp(code))
+        .await?;
+    Ok(answer.step_up_id)
 }
 
 #[cfg(test)]

@@ -5,14 +5,19 @@
 //! `If-Match`); grant and revoke terminal on a host; invite, disable (with a
 //! step-up and a reason) and enable persons.
 
+use bothy_api::auth::SessionResponse;
 use bothy_api::grants::{CreateGrantRequest, CreatedGrant, GrantList, RevokedGrant};
 use bothy_api::hosts::{
     ConfirmAssignment, ConfirmHostRequest, CreateHostRequest, HostReply, HostWithCode,
     IssuePairingCodeRequest, ManagedHostReply, SessionUserAssignment, SetHostLlmCredentialsRequest,
     UpdateHostRequest,
 };
+use bothy_api::persons::{
+    DisablePersonRequest, DisabledPerson, EnabledPerson, InvitePersonRequest, InvitedPerson,
+    PersonList,
+};
 use bothy_net::Method;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::common::{logged_in, print_json, step_up};
 use super::hosts::{
@@ -113,8 +118,12 @@ pub async fn run(dirs: &Dirs, action: HostAction) -> Result<i32, ClientError> {
 /// The ID of the person `username` (GET /api/v1/persons; usernames are
 /// stored in lower case).
 async fn person_id(api: &Api, username: &str) -> Result<String, ClientError> {
-    id_named(api, "person", "username", &username.to_ascii_lowercase())
-        .await?
+    let folded = username.to_ascii_lowercase();
+    let list: PersonList = api.get_as("/api/v1/persons").await?;
+    list.persons
+        .into_iter()
+        .find(|person| person.username == folded)
+        .map(|person| person.id)
         .ok_or_else(|| ClientError::UnknownPerson(username.to_owned()))
 }
 
@@ -125,7 +134,7 @@ async fn group_id(api: &Api, name: &str) -> Result<String, ClientError> {
         .ok_or_else(|| ClientError::UnknownGroup(name.to_owned()))
 }
 
-/// The `id` of the `kind` (person, group) whose `name_key` is `name`, from
+/// The `id` of the `kind` (a group) whose `name_key` is `name`, from
 /// `GET /api/v1/{kind}s`; `None` when there is none.
 async fn id_named(
     api: &Api,
@@ -149,12 +158,10 @@ async fn id_named(
 
 /// The ID of the person logged in (GET /api/v1/auth/session).
 async fn my_id(api: &Api) -> Result<String, ClientError> {
-    api.get("/api/v1/auth/session")
-        .await?
-        .get("principal_id")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| ClientError::Protocol("no principal_id".into()))
+    Ok(match api.get_as("/api/v1/auth/session").await? {
+        SessionResponse::Person(person) => person.principal_id,
+        SessionResponse::Service(service) => service.principal_id,
+    })
 }
 
 fn pair_command(server: &str, code: &str) -> String {
@@ -542,16 +549,12 @@ pub async fn person(dirs: &Dirs, action: PersonAction) -> Result<i32, ClientErro
     let (_, api) = logged_in(dirs)?;
     match action {
         PersonAction::Invite { username, role } => {
-            let answer = api
-                .post(
-                    "/api/v1/persons",
-                    &json!({"username": username, "role": role}),
-                )
-                .await?;
-            let code = answer
-                .get("enrollment_code")
-                .and_then(Value::as_str)
-                .ok_or_else(|| ClientError::Protocol("no enrollment_code in the answer".into()))?;
+            let request = InvitePersonRequest {
+                username: username.clone(),
+                role: role.clone(),
+            };
+            let answer: InvitedPerson = api.post_as("/api/v1/persons", &request).await?;
+            let code = &answer.enrollment_code;
             println!("{username} invited as {role}.");
             println!("Enrollment code (shown only now; give it to {username} privately): {code}");
             Ok(0)
@@ -560,18 +563,13 @@ pub async fn person(dirs: &Dirs, action: PersonAction) -> Result<i32, ClientErro
             // The username first: an unknown one asks for no TOTP code.
             let id = person_id(&api, &username).await?;
             let step_up_id = step_up(&api).await?;
-            let answer = api
-                .post(
-                    &format!("/api/v1/persons/{id}/disable"),
-                    &json!({"reason": reason, "step_up_id": step_up_id}),
-                )
+            let request = DisablePersonRequest { reason, step_up_id };
+            let answer: DisabledPerson = api
+                .post_as(&format!("/api/v1/persons/{id}/disable"), &request)
                 .await?;
-            let name = answered_username(&answer, &username);
-            if changed(&answer) {
-                let ended = answer
-                    .get("sessions_ended")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
+            let name = &answer.person.username;
+            if answer.changed {
+                let ended = answer.sessions_ended;
                 println!("{name} disabled; {ended} login session(s) ended.");
             } else {
                 println!("{name} was disabled already.");
@@ -580,11 +578,11 @@ pub async fn person(dirs: &Dirs, action: PersonAction) -> Result<i32, ClientErro
         }
         PersonAction::Enable { username } => {
             let id = person_id(&api, &username).await?;
-            let answer = api
-                .post_empty(&format!("/api/v1/persons/{id}/enable"))
+            let answer: EnabledPerson = api
+                .post_empty_as(&format!("/api/v1/persons/{id}/enable"))
                 .await?;
-            let name = answered_username(&answer, &username);
-            if changed(&answer) {
+            let name = &answer.person.username;
+            if answer.changed {
                 println!("{name} enabled.");
             } else {
                 println!("{name} was active already.");
@@ -592,19 +590,6 @@ pub async fn person(dirs: &Dirs, action: PersonAction) -> Result<i32, ClientErro
             Ok(0)
         }
     }
-}
-
-/// The username of the answer's `person` (as stored), else as typed.
-fn answered_username<'a>(answer: &'a Value, typed: &'a str) -> &'a str {
-    answer["person"]
-        .get("username")
-        .and_then(Value::as_str)
-        .unwrap_or(typed)
-}
-
-/// The answer's `changed`, which a person route always has.
-fn changed(answer: &Value) -> bool {
-    answer.get("changed").and_then(Value::as_bool) == Some(true)
 }
 
 #[cfg(test)]

@@ -7,11 +7,14 @@
 //! and `bothy_proto::json::Object`), never through serde types, so the schema
 //! types of the document are doc-only: each route file declares, next to its
 //! handlers, structs that name exactly the members the handler reads and writes.
-//! The families that moved to `bothy-api` (terminal sessions, hosts, grants,
-//! groups, audit) take those structs from there: the handlers answer with the
-//! same types, and [`code_members`] supplies their closed lists.
-//! Closed lists of codes (roles, problem codes, audit actions, ...) are read from
-//! the enums themselves (`ALL`), so they cannot drift either.
+//! The families that moved to `bothy-api` (terminal sessions, auth,
+//! passkeys, persons, devices, tokens, hosts, grants, groups, audit) take
+//! those structs from there: the handlers answer with the same types.
+//! Closed lists of codes (problem codes, audit actions, ...) are read from
+//! the enums themselves (`ALL`), so they cannot drift either; those of
+//! `bothy-api` (roles, ...) are its enums, which the routes convert from the
+//! domain's by exhaustive matches (D-600), and [`code_members`] supplies the
+//! closed lists of the members `bothy-api` keeps as strings (D-610).
 //!
 //! Layout:
 //! - [`base`]: the document before any route: info, tags, [`Problem`], the
@@ -38,9 +41,7 @@ use utoipa::{IntoResponses, Modify, PartialSchema, ToSchema};
 use super::problem::{ApiError, ProblemCode};
 use crate::audit::{ActorKind, AuditAction, AuditCode, Decision, TargetKind};
 use crate::hosts::LlmCredentials;
-use crate::identity::login_sessions::ClientComponent;
-use crate::identity::step_up::StepUpMethod;
-use crate::identity::{PersonStatus, PrincipalKind, Role, console};
+use crate::identity::console;
 use crate::permissions::grants::{PreviewHint, RecipientKind};
 
 /// The security scheme of `Authorization: Bearer <token>`.
@@ -278,11 +279,6 @@ macro_rules! code_schemas {
 }
 
 code_schemas! {
-    Role => "The role of a person.",
-    PersonStatus => "The status of a person; only `active` persons log in.",
-    ClientComponent => "Where a login session was made: the CLI (with a device key) or the \
-        web console (cookie, no device key).",
-    StepUpMethod => "How a step-up is proven: `totp` (CLI) or `webauthn` (console).",
     AuditAction => "An audited action.",
     Decision => "The outcome of an audited action.",
     ActorKind => "The kind of an audit entry's actor.",
@@ -299,21 +295,6 @@ impl PartialSchema for ProblemCode {
 }
 
 impl ToSchema for ProblemCode {}
-
-/// The kind of an agent or app principal: `agent` or `app` (doc-only).
-#[derive(Debug)]
-pub struct ServiceKind;
-
-impl PartialSchema for ServiceKind {
-    fn schema() -> RefOr<Schema> {
-        described(
-            string_enum([PrincipalKind::Agent.as_str(), PrincipalKind::App.as_str()]),
-            "The kind of a principal with API tokens.",
-        )
-    }
-}
-
-impl ToSchema for ServiceKind {}
 
 /// `400 validation_failed`.
 #[derive(Debug, IntoResponses)]

@@ -80,21 +80,6 @@ pub struct ApiToken {
     pub revoked_at: Option<UnixMillis>,
 }
 
-impl ApiToken {
-    /// The JSON form of the API.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "id": db::id_text(&self.id),
-            "principal_id": db::id_text(&self.principal_id),
-            "kind": self.kind.as_str(),
-            "name": self.name,
-            "created_by": db::id_text(&self.created_by),
-            "created_at": self.created_at,
-            "revoked_at": self.revoked_at,
-        })
-    }
-}
-
 const COLUMNS: &str =
     "t.id, t.principal_id, pr.kind, pr.label, t.created_by, t.created_at, t.revoked_at";
 

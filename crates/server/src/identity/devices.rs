@@ -65,21 +65,6 @@ pub struct Device {
     pub revoked_at: Option<UnixMillis>,
 }
 
-impl Device {
-    /// The JSON form of the API.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "id": db::id_text(&self.id),
-            "person_id": db::id_text(&self.person_id),
-            "name": self.name,
-            "public_key": self.public_key,
-            "created_at": self.created_at,
-            "last_login_at": self.last_login_at,
-            "revoked_at": self.revoked_at,
-        })
-    }
-}
-
 const COLUMNS: &str = "id, person_id, name, public_key, created_at, last_login_at, revoked_at";
 
 fn decode(row: &AnyRow) -> Result<Device, IdentityError> {

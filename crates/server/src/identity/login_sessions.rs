@@ -402,22 +402,6 @@ pub struct LoginSession {
     pub expires_at: UnixMillis,
 }
 
-impl LoginSession {
-    /// The JSON form of the API; `current` marks the caller's own session.
-    pub fn to_json(&self, current: Uuid) -> serde_json::Value {
-        serde_json::json!({
-            "id": db::id_text(&self.id),
-            "person_id": db::id_text(&self.person_id),
-            "username": self.username.as_str(),
-            "device_id": self.device_id.map(|id| db::id_text(&id)),
-            "client_component": self.client_component.as_str(),
-            "created_at": self.created_at,
-            "expires_at": self.expires_at,
-            "current": self.id == current,
-        })
-    }
-}
-
 fn decode_session(row: &AnyRow) -> Result<LoginSession, IdentityError> {
     let stored = |column| move |_| IdentityError::Stored(column);
     Ok(LoginSession {

@@ -71,20 +71,6 @@ pub struct Person {
     pub created_at: UnixMillis,
 }
 
-impl Person {
-    /// The JSON form of the API.
-    pub fn to_json(&self) -> serde_json::Value {
-        serde_json::json!({
-            "id": db::id_text(&self.id),
-            "username": self.username.as_str(),
-            "role": self.role.as_str(),
-            "status": self.status.as_str(),
-            "enrolled": self.enrolled,
-            "created_at": self.created_at,
-        })
-    }
-}
-
 const PERSON_COLUMNS: &str = "p.principal_id, p.username, p.role, p.status, p.created_at, \
      (p.password_hash IS NOT NULL AND EXISTS (SELECT 1 FROM totp_credentials t \
        WHERE t.person_id = p.principal_id AND t.status = 'active')) AS enrolled";

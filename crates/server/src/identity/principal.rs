@@ -28,7 +28,7 @@ use super::persons::Username;
 use super::{AuthFailure, ForbiddenReason, IdentityError, PrincipalKind, Role, api_tokens, deny};
 use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry};
 use crate::clock::UnixMillis;
-use crate::db::{self, Db, DbError};
+use crate::db::{Db, DbError};
 use crate::pepper::Pepper;
 
 /// A person in a login session.
@@ -170,28 +170,6 @@ impl Principal {
         let person = self.require_person(db, now, action).await?;
         person.require_owner(db, now, action).await?;
         Ok(person)
-    }
-
-    /// The JSON of `GET /api/v1/auth/session`.
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            Principal::Person(person) => serde_json::json!({
-                "principal_id": db::id_text(&person.person_id),
-                "kind": PrincipalKind::Person.as_str(),
-                "username": person.username.as_str(),
-                "role": person.role.as_str(),
-                "login_session_id": db::id_text(&person.login_session_id),
-                "device_id": person.device_id.map(|id| db::id_text(&id)),
-                "client_component": person.client_component.as_str(),
-                "expires_at": person.expires_at,
-            }),
-            Principal::Service(service) => serde_json::json!({
-                "principal_id": db::id_text(&service.principal_id),
-                "kind": service.kind.as_str(),
-                "name": service.name,
-                "token_id": db::id_text(&service.token_id),
-            }),
-        }
     }
 }
 

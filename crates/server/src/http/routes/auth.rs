@@ -29,12 +29,14 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::http::header::SET_COOKIE;
 use axum::response::{AppendHeaders, IntoResponse, Response};
+use bothy_api::auth::{
+    CheckEnrollmentCodeRequest, CheckEnrollmentCodeResponse, ConfirmEnrollmentRequest,
+    ConfirmEnrollmentResponse, EnrollRequest, EnrollResponse, LoginRequest, LoginResponse,
+    LoginSession, LoginSessionList, PERSON_KIND, PersonSession, ServiceSession, SessionResponse,
+    StepUpRequest, StepUpResponse,
+};
 use bothy_proto::json::Object;
 use bothy_proto::jwk::Ed25519PublicJwk;
-use serde_json::{Value, json};
-use utoipa::openapi::schema::{Object as SchemaObject, OneOfBuilder, Schema};
-use utoipa::openapi::{Ref, RefOr};
-use utoipa::{PartialSchema, ToSchema};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -42,8 +44,8 @@ use super::body::{ClientAddr, JsonBody, path_id, read_conn};
 use crate::audit::AuditAction;
 use crate::db;
 use crate::http::api_doc::{
-    self, Internal, NotFound, PayloadTooLarge, Problem, RateLimited, ServiceKind, Unauthenticated,
-    Unavailable, UnsupportedMediaType, ValidationFailed,
+    Internal, NotFound, PayloadTooLarge, Problem, RateLimited, Unauthenticated, Unavailable,
+    UnsupportedMediaType, ValidationFailed,
 };
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, ProblemCode};
@@ -52,9 +54,9 @@ use crate::identity::devices::DeviceName;
 use crate::identity::login_sessions::{self, ClientComponent, SecondFactor};
 use crate::identity::password::Password;
 use crate::identity::principal::{PersonPrincipal, Principal};
-use crate::identity::step_up::{self, StepUpMethod, StepUpRefusal};
+use crate::identity::step_up::{self, CreatedStepUp, StepUpMethod, StepUpRefusal};
 use crate::identity::totp::TotpCode;
-use crate::identity::{IdentityError, PrincipalKind, Role, enrollment};
+use crate::identity::{IdentityError, enrollment};
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -77,6 +79,34 @@ pub(super) fn gate(state: &AppState, client: ClientAddr, now: i64) -> Result<(),
         .public_auth_limit()
         .check(&client.0, now)
         .map_err(|retry| ApiError::new(ProblemCode::RateLimited).with_retry_after(retry.seconds))
+}
+
+/// The opening of every public route: the client's `rl.public_auth` bucket
+/// before anything ([`gate`]), then the body with exactly `members`.
+pub(super) fn public_body<'a>(
+    state: &AppState,
+    client: ClientAddr,
+    now: i64,
+    body: &'a serde_json::Value,
+    members: &[&str],
+) -> Result<Object<'a>, ApiError> {
+    gate(state, client, now)?;
+    Ok(Object::root(body, members)?)
+}
+
+/// `username`, `password` and `totp` of a public call that proves password
+/// and TOTP code (the CLI's login, the first passkey's start), read in this
+/// order: the password only bounded in length ([`Password::presented`]) and
+/// the code only in form ([`TotpCode::parse`]), so a wrong one is the check's
+/// `401`, never a `400` that tells it apart.
+pub(super) fn password_and_totp<'a>(
+    object: &Object<'a>,
+) -> Result<(&'a str, Option<Password>, Option<TotpCode>), ApiError> {
+    Ok((
+        object.str("username")?,
+        Password::presented(object.str("password")?),
+        TotpCode::parse(object.str("totp")?),
+    ))
 }
 
 /// Whether `error` is a failed check of a presented credential (a password,
@@ -139,10 +169,9 @@ async fn enroll_check(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<CheckEnrollmentCodeResponse>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code"])?;
+    let object = public_body(&state, client, now, &body, &["code"])?;
     let code = object.str("code")?;
     let checked = charged(
         &state,
@@ -150,10 +179,10 @@ async fn enroll_check(
         now,
         enrollment::check(state.db(), state.pepper(), now, code).await,
     )?;
-    Ok(Json(json!({
-        "username": checked.username.as_str(),
-        "code_expires_at": checked.code_expires_at,
-    })))
+    Ok(Json(CheckEnrollmentCodeResponse {
+        username: checked.username.as_str().to_owned(),
+        code_expires_at: checked.code_expires_at,
+    }))
 }
 
 /// `429` before the step-up's check when the person's or the client
@@ -232,10 +261,9 @@ async fn enroll(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EnrollResponse>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code", "password"])?;
+    let object = public_body(&state, client, now, &body, &["code", "password"])?;
     let code = object.str("code")?;
     let password = object.str("password")?;
     let started = charged(
@@ -252,12 +280,12 @@ async fn enroll(
         )
         .await,
     )?;
-    Ok(Json(json!({
-        "person_id": db::id_text(&started.person_id),
-        "username": started.username.as_str(),
-        "otpauth_uri": started.otpauth_uri.as_str(),
-        "code_expires_at": started.code_expires_at,
-    })))
+    Ok(Json(EnrollResponse {
+        person_id: db::id_text(&started.person_id),
+        username: started.username.as_str().to_owned(),
+        otpauth_uri: started.otpauth_uri.as_str().to_owned(),
+        code_expires_at: started.code_expires_at,
+    }))
 }
 
 /// Confirms an enrollment with a current TOTP code, which spends the one-time
@@ -286,10 +314,9 @@ async fn enroll_confirm(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ConfirmEnrollmentResponse>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code", "totp"])?;
+    let object = public_body(&state, client, now, &body, &["code", "totp"])?;
     let code = object.str("code")?;
     let totp = object.str("totp")?;
     let confirmed = charged(
@@ -306,10 +333,10 @@ async fn enroll_confirm(
         )
         .await,
     )?;
-    Ok(Json(json!({
-        "person_id": db::id_text(&confirmed.person_id),
-        "username": confirmed.username.as_str(),
-    })))
+    Ok(Json(ConfirmEnrollmentResponse {
+        person_id: db::id_text(&confirmed.person_id),
+        username: confirmed.username.as_str().to_owned(),
+    }))
 }
 
 /// Logs in from the CLI with password and TOTP, and registers the device key
@@ -345,10 +372,12 @@ async fn login(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LoginResponse>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(
+    let object = public_body(
+        &state,
+        client,
+        now,
         &body,
         &[
             "username",
@@ -358,9 +387,7 @@ async fn login(
             "device_name",
         ],
     )?;
-    let username = object.str("username")?.to_owned();
-    let password = Password::presented(object.str("password")?);
-    let totp = TotpCode::parse(object.str("totp")?);
+    let (username, password, totp) = password_and_totp(&object)?;
     let key = object.member("device_public_key")?;
     let device_public_key = key
         .as_b64_array::<32>()
@@ -373,7 +400,7 @@ async fn login(
         ApiError::new(ProblemCode::ValidationFailed).with_error("/device_name", "invalid")
     })?;
     let request = login_sessions::LoginRequest {
-        username,
+        username: username.to_owned(),
         password,
         second_factor: SecondFactor::Totp(totp),
         device_public_key,
@@ -392,12 +419,12 @@ async fn login(
         )
         .await,
     )?;
-    Ok(Json(json!({
-        "access_token": logged_in.access_token.expose(),
-        "login_session_id": db::id_text(&logged_in.login_session_id),
-        "device_id": db::id_text(&logged_in.device_id),
-        "expires_at": logged_in.expires_at,
-    })))
+    Ok(Json(LoginResponse {
+        access_token: logged_in.access_token.expose().to_owned(),
+        login_session_id: db::id_text(&logged_in.login_session_id),
+        device_id: db::id_text(&logged_in.device_id),
+        expires_at: logged_in.expires_at,
+    }))
 }
 
 /// Who the caller is ("whoami"): a person in a login session, or an agent or app
@@ -415,8 +442,46 @@ async fn login(
         Unavailable,
     )
 )]
-async fn session(principal: Principal) -> Json<Value> {
-    Json(principal.to_json())
+async fn session(principal: Principal) -> Result<Json<SessionResponse>, ApiError> {
+    Ok(Json(match &principal {
+        Principal::Person(person) => SessionResponse::Person(PersonSession {
+            principal_id: db::id_text(&person.person_id),
+            kind: PERSON_KIND.to_owned(),
+            username: person.username.as_str().to_owned(),
+            role: super::persons::role(person.role),
+            login_session_id: db::id_text(&person.login_session_id),
+            device_id: person.device_id.map(|id| db::id_text(&id)),
+            client_component: client_component(person.client_component),
+            expires_at: person.expires_at,
+        }),
+        Principal::Service(service) => SessionResponse::Service(ServiceSession {
+            principal_id: db::id_text(&service.principal_id),
+            kind: super::tokens::service_kind(service.kind)?,
+            name: service.name.clone(),
+            token_id: db::id_text(&service.token_id),
+        }),
+    }))
+}
+
+fn client_component(component: ClientComponent) -> bothy_api::auth::ClientComponent {
+    match component {
+        ClientComponent::Cli => bothy_api::auth::ClientComponent::Cli,
+        ClientComponent::Console => bothy_api::auth::ClientComponent::Console,
+    }
+}
+
+/// A live login session as the list shows it; `current` marks the caller's.
+fn login_session_body(session: &login_sessions::LoginSession, current: uuid::Uuid) -> LoginSession {
+    LoginSession {
+        id: db::id_text(&session.id),
+        person_id: db::id_text(&session.person_id),
+        username: session.username.as_str().to_owned(),
+        device_id: session.device_id.map(|id| db::id_text(&id)),
+        client_component: client_component(session.client_component),
+        created_at: session.created_at,
+        expires_at: session.expires_at,
+        current: session.id == current,
+    }
 }
 
 /// Ends the caller's login session (persons); a console session's cookie is
@@ -471,7 +536,7 @@ async fn logout(State(state): State<AppState>, principal: Principal) -> Result<R
 async fn sessions(
     State(state): State<AppState>,
     principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<LoginSessionList>, ApiError> {
     let now = state.clock().now_ms();
     let person = principal
         .require_person(state.db(), now, AuditAction::IdentityRead)
@@ -479,11 +544,11 @@ async fn sessions(
     let filter = (!person.is_owner()).then_some(person.person_id);
     let mut conn = read_conn(&state).await?;
     let sessions = login_sessions::list(&mut conn, filter, now).await?;
-    let sessions: Vec<Value> = sessions
+    let sessions = sessions
         .iter()
-        .map(|session| session.to_json(person.login_session_id))
+        .map(|session| login_session_body(session, person.login_session_id))
         .collect();
-    Ok(Json(json!({ "sessions": sessions })))
+    Ok(Json(LoginSessionList { sessions }))
 }
 
 /// Ends one of the caller's login sessions (owners: anyone's).
@@ -555,7 +620,7 @@ async fn create_step_up(
     principal: Principal,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<StepUpResponse>, ApiError> {
     let now = state.clock().now_ms();
     let person = principal
         .require_person(state.db(), now, AuditAction::AuthStepUp)
@@ -570,10 +635,7 @@ async fn create_step_up(
     // goes on to `step_up::create`, which answers `passkey_required`.
     if method == StepUpMethod::Webauthn {
         let created = super::passkeys::step_up_finish(&state, client, person, &object).await?;
-        return Ok(Json(json!({
-            "step_up_id": db::id_text(&created.id),
-            "expires_at": created.expires_at,
-        })));
+        return Ok(Json(step_up_body(&created)));
     }
     let code = TotpCode::parse(object.str("code")?);
     let created = step_up_charged(
@@ -592,234 +654,12 @@ async fn create_step_up(
         )
         .await,
     )?;
-    Ok(Json(json!({
-        "step_up_id": db::id_text(&created.id),
-        "expires_at": created.expires_at,
-    })))
+    Ok(Json(step_up_body(&created)))
 }
 
-/// `POST /api/v1/auth/enroll/check` (doc-only; the handler reads exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct CheckEnrollmentCodeRequest {
-    /// The one-time enrollment code `bothy_ec_...`.
-    pub code: String,
-}
-
-/// `200` of `POST /api/v1/auth/enroll/check` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct CheckEnrollmentCodeResponse {
-    /// The person the code enrolls.
-    pub username: String,
-    /// When the enrollment code expires (Unix ms).
-    pub code_expires_at: i64,
-}
-
-/// `POST /api/v1/auth/enroll` (doc-only; the handler reads exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct EnrollRequest {
-    /// The one-time enrollment code `bothy_ec_...`.
-    pub code: String,
-    /// The new password: 12 to 256 characters.
-    #[schema(format = Password, min_length = 12, max_length = 256)]
-    pub password: String,
-}
-
-/// `200` of `POST /api/v1/auth/enroll` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct EnrollResponse {
-    /// The person's principal ID.
-    #[schema(format = "uuid")]
-    pub person_id: String,
-    /// The username.
-    pub username: String,
-    /// The pending TOTP secret as an `otpauth://totp/...` URI.
-    pub otpauth_uri: String,
-    /// When the enrollment code expires (Unix ms).
-    pub code_expires_at: i64,
-}
-
-/// `POST /api/v1/auth/enroll/confirm` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ConfirmEnrollmentRequest {
-    /// The one-time enrollment code of `enroll`.
-    pub code: String,
-    /// The authenticator app's current 6-digit code.
-    #[schema(example = "123456")]
-    pub totp: String,
-}
-
-/// `200` of `POST /api/v1/auth/enroll/confirm` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ConfirmEnrollmentResponse {
-    /// The person's principal ID.
-    #[schema(format = "uuid")]
-    pub person_id: String,
-    /// The username.
-    pub username: String,
-}
-
-/// `POST /api/v1/auth/login` (doc-only; DESIGN 3.4 pins these members).
-#[derive(Debug, ToSchema)]
-pub struct LoginRequest {
-    /// The username (case-insensitive).
-    pub username: String,
-    /// The password.
-    #[schema(format = Password)]
-    pub password: String,
-    /// The current 6-digit TOTP code.
-    #[schema(example = "123456")]
-    pub totp: String,
-    /// The device's raw Ed25519 public key (32 bytes), base64url without padding.
-    pub device_public_key: String,
-    /// A name for the device (shown in `GET /api/v1/devices`).
-    pub device_name: String,
-}
-
-/// `200` of `POST /api/v1/auth/login` (doc-only; DESIGN 3.4 pins these members).
-#[derive(Debug, ToSchema)]
-pub struct LoginResponse {
-    /// The opaque access token `bothy_at_...` (`Authorization: Bearer`).
-    pub access_token: String,
-    /// The new login session.
-    #[schema(format = "uuid")]
-    pub login_session_id: String,
-    /// The device of `device_public_key`.
-    #[schema(format = "uuid")]
-    pub device_id: String,
-    /// When the login session expires (Unix ms).
-    pub expires_at: i64,
-}
-
-/// `200` of `GET /api/v1/auth/session` (doc-only; `Principal::to_json`): a
-/// [`PersonSession`] or a [`ServiceSession`].
-#[derive(Debug)]
-pub struct SessionResponse;
-
-impl PartialSchema for SessionResponse {
-    fn schema() -> RefOr<Schema> {
-        let one_of = OneOfBuilder::new()
-            .item(Ref::from_schema_name(PersonSession::name()))
-            .item(Ref::from_schema_name(ServiceSession::name()))
-            .description(Some(
-                "A person in a login session, or an agent or app with an API token.",
-            ))
-            .build();
-        RefOr::T(Schema::OneOf(one_of))
+fn step_up_body(created: &CreatedStepUp) -> StepUpResponse {
+    StepUpResponse {
+        step_up_id: db::id_text(&created.id),
+        expires_at: created.expires_at,
     }
-}
-
-impl ToSchema for SessionResponse {
-    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
-        schemas.push((PersonSession::name().into_owned(), PersonSession::schema()));
-        PersonSession::schemas(schemas);
-        schemas.push((
-            ServiceSession::name().into_owned(),
-            ServiceSession::schema(),
-        ));
-        ServiceSession::schemas(schemas);
-    }
-}
-
-/// A person in a login session (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct PersonSession {
-    /// The person's principal ID.
-    #[schema(format = "uuid")]
-    pub principal_id: String,
-    /// `person`.
-    #[schema(schema_with = person_kind)]
-    pub kind: String,
-    /// The username.
-    pub username: String,
-    /// `owner` or `member`.
-    pub role: Role,
-    /// The login session of the credential.
-    #[schema(format = "uuid")]
-    pub login_session_id: String,
-    /// The device of a CLI login; `null` for the console.
-    #[schema(required = true, format = "uuid")]
-    pub device_id: Option<String>,
-    /// `cli` or `console`.
-    pub client_component: ClientComponent,
-    /// When the login session expires (Unix ms).
-    pub expires_at: i64,
-}
-
-/// An agent or app with an API token (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ServiceSession {
-    /// The principal's ID.
-    #[schema(format = "uuid")]
-    pub principal_id: String,
-    /// `agent` or `app`.
-    pub kind: ServiceKind,
-    /// The name the owner gave it.
-    pub name: String,
-    /// The API token used.
-    #[schema(format = "uuid")]
-    pub token_id: String,
-}
-
-/// `200` of `GET /api/v1/auth/sessions` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct LoginSessionList {
-    /// The live login sessions.
-    pub sessions: Vec<LoginSession>,
-}
-
-/// A live login session (doc-only; `login_sessions::LoginSession::to_json`).
-#[derive(Debug, ToSchema)]
-pub struct LoginSession {
-    /// The login session's ID.
-    #[schema(format = "uuid")]
-    pub id: String,
-    /// Whose session it is.
-    #[schema(format = "uuid")]
-    pub person_id: String,
-    /// Their username.
-    pub username: String,
-    /// The device of a CLI login; `null` for the console.
-    #[schema(required = true, format = "uuid")]
-    pub device_id: Option<String>,
-    /// `cli` or `console`.
-    pub client_component: ClientComponent,
-    /// When it was created (Unix ms).
-    pub created_at: i64,
-    /// When it expires (Unix ms).
-    pub expires_at: i64,
-    /// Whether it is the caller's own session.
-    pub current: bool,
-}
-
-/// `POST /api/v1/auth/step-up` (doc-only; the handler reads exactly these
-/// members). `method: "totp"` takes `code`; `method: "webauthn"` takes
-/// `challenge_id` and `credential`.
-#[derive(Debug, ToSchema)]
-pub struct StepUpRequest {
-    /// `totp` (CLI) or `webauthn` (console).
-    pub method: StepUpMethod,
-    /// `totp`: the current 6-digit TOTP code.
-    #[schema(required = false, example = "123456")]
-    pub code: String,
-    /// `webauthn`: the `challenge_id` of `POST /api/v1/auth/step-up/passkey/start`.
-    #[schema(required = false, format = "uuid")]
-    pub challenge_id: String,
-    /// `webauthn`: the browser's `PublicKeyCredential` (assertion) as JSON, without
-    /// `null` members.
-    #[schema(required = false, value_type = Object)]
-    pub credential: Value,
-}
-
-/// `200` of `POST /api/v1/auth/step-up` (doc-only; DESIGN 3.4 pins these members).
-#[derive(Debug, ToSchema)]
-pub struct StepUpResponse {
-    /// The step-up, to pass as `step_up_id` to the action that requires it.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-    /// The last moment it can be consumed (Unix ms).
-    pub expires_at: i64,
-}
-
-fn person_kind() -> SchemaObject {
-    api_doc::string_enum([PrincipalKind::Person.as_str()])
 }

@@ -8,13 +8,13 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use serde_json::{Value, json};
-use utoipa::ToSchema;
+use bothy_api::devices::{Device, DeviceList};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::body::{path_id, read_conn};
 use crate::audit::AuditAction;
+use crate::db;
 use crate::http::ApiError;
 use crate::http::api_doc::{Internal, NotFound, Problem, Unauthenticated, Unavailable};
 use crate::http::problem::PROBLEM_JSON;
@@ -50,19 +50,31 @@ pub fn router() -> OpenApiRouter<AppState> {
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeviceList>, ApiError> {
     let now = state.clock().now_ms();
     let person = principal
         .require_person(state.db(), now, AuditAction::IdentityRead)
         .await?;
     let filter = (!person.is_owner()).then_some(person.person_id);
     let mut conn = read_conn(&state).await?;
-    let devices: Vec<Value> = devices::list(&mut conn, filter)
+    let devices = devices::list(&mut conn, filter)
         .await?
         .iter()
-        .map(devices::Device::to_json)
+        .map(device_body)
         .collect();
-    Ok(Json(json!({ "devices": devices })))
+    Ok(Json(DeviceList { devices }))
+}
+
+fn device_body(device: &devices::Device) -> Device {
+    Device {
+        id: db::id_text(&device.id),
+        person_id: db::id_text(&device.person_id),
+        name: device.name.clone(),
+        public_key: device.public_key.clone(),
+        created_at: device.created_at,
+        last_login_at: device.last_login_at,
+        revoked_at: device.revoked_at,
+    }
 }
 
 /// Revokes one of the caller's devices (owners: anyone's); its login sessions end
@@ -97,33 +109,4 @@ async fn revoke(
     let id = path_id(&id)?;
     devices::revoke(state.db(), now, person, id).await?;
     Ok(StatusCode::NO_CONTENT)
-}
-
-/// `GET /api/v1/devices` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct DeviceList {
-    /// Oldest first.
-    pub devices: Vec<Device>,
-}
-
-/// A device: the Ed25519 key of a CLI login (doc-only; `devices::Device::to_json`).
-#[derive(Debug, ToSchema)]
-pub struct Device {
-    /// The device's ID.
-    #[schema(format = "uuid")]
-    pub id: String,
-    /// Whose device it is.
-    #[schema(format = "uuid")]
-    pub person_id: String,
-    /// The `device_name` of the last login with it.
-    pub name: String,
-    /// The raw Ed25519 public key, base64url without padding.
-    pub public_key: String,
-    /// The first login with it (Unix ms).
-    pub created_at: i64,
-    /// The last login with it (Unix ms).
-    pub last_login_at: i64,
-    /// When it was revoked (Unix ms); `null` while it is not.
-    #[schema(required = true)]
-    pub revoked_at: Option<i64>,
 }

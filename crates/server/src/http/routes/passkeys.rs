@@ -21,13 +21,17 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::header::SET_COOKIE;
 use axum::response::{AppendHeaders, IntoResponse};
+use bothy_api::passkeys::{
+    ConsoleLoginFinishRequest, ConsoleLoginResponse, ConsoleLoginStartRequest,
+    FirstPasskeyFinishRequest, FirstPasskeyStartRequest, PasskeyChallenge,
+    PasskeyEnrollFinishRequest, PasskeyEnrollStartRequest, PasskeyFinishRequest,
+    PasskeyRegisterStartRequest, PasskeyRegistered,
+};
 use bothy_proto::json::Object;
-use serde_json::{Value, json};
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::{charged, gate, step_up_charged};
+use super::auth::{charged, password_and_totp, public_body, step_up_charged};
 use super::body::{ClientAddr, JsonBody};
 use crate::audit::AuditAction;
 use crate::db;
@@ -42,7 +46,6 @@ use crate::identity::passkey::{self, Started};
 use crate::identity::password::Password;
 use crate::identity::principal::{PersonPrincipal, Principal};
 use crate::identity::step_up::CreatedStepUp;
-use crate::identity::totp::TotpCode;
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -59,11 +62,33 @@ pub fn router() -> OpenApiRouter<AppState> {
         .routes(routes!(step_up_start))
 }
 
-fn started(started: Started) -> Json<Value> {
-    Json(json!({
-        "challenge_id": db::id_text(&started.challenge_id),
-        "options": started.options,
-    }))
+fn started(started: Started) -> Json<PasskeyChallenge> {
+    Json(PasskeyChallenge {
+        challenge_id: db::id_text(&started.challenge_id),
+        options: started.options,
+    })
+}
+
+/// The members of a finish proven by password and passkey: the console's
+/// login and the first passkey's finish.
+const PASSWORD_AND_PASSKEY: &[&str] = &["username", "password", "challenge_id", "credential"];
+
+/// The members of [`PASSWORD_AND_PASSKEY`], read in this order; the password
+/// only bounded in length ([`Password::presented`]), so a wrong one is the
+/// check's `401`.
+fn password_and_passkey(object: &Object<'_>) -> Result<ConsoleLogin, ApiError> {
+    Ok(ConsoleLogin {
+        username: object.str("username")?.to_owned(),
+        password: Password::presented(object.str("password")?),
+        challenge_id: object.uuid("challenge_id")?,
+        credential: object.member("credential")?.value().clone(),
+    })
+}
+
+fn registered(passkey_id: uuid::Uuid) -> Json<PasskeyRegistered> {
+    Json(PasskeyRegistered {
+        passkey_id: db::id_text(&passkey_id),
+    })
 }
 
 /// Starts registering a passkey during enrollment, with the one-time code
@@ -91,10 +116,9 @@ async fn enroll_start(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PasskeyChallenge>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code"])?;
+    let object = public_body(&state, client, now, &body, &["code"])?;
     let code = object.str("code")?;
     let result = passkey::enroll_start(state.db(), state.pepper(), state.config(), now, code).await;
     Ok(started(charged(&state, client, now, result)?))
@@ -124,10 +148,15 @@ async fn enroll_finish(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PasskeyRegistered>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["code", "challenge_id", "credential"])?;
+    let object = public_body(
+        &state,
+        client,
+        now,
+        &body,
+        &["code", "challenge_id", "credential"],
+    )?;
     let code = object.str("code")?;
     let challenge_id = object.uuid("challenge_id")?;
     let credential = object.member("credential")?.value();
@@ -142,7 +171,7 @@ async fn enroll_finish(
     )
     .await;
     let passkey_id = charged(&state, client, now, result)?;
-    Ok(Json(json!({ "passkey_id": db::id_text(&passkey_id) })))
+    Ok(registered(passkey_id))
 }
 
 async fn person<'a>(
@@ -183,7 +212,7 @@ async fn register_start(
     State(state): State<AppState>,
     principal: Principal,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PasskeyChallenge>, ApiError> {
     let person = person(&state, &principal, AuditAction::AuthEnroll).await?;
     let now = state.clock().now_ms();
     let object = Object::root(&body, &["step_up_id"])?;
@@ -221,7 +250,7 @@ async fn register_finish(
     principal: Principal,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PasskeyRegistered>, ApiError> {
     let person = person(&state, &principal, AuditAction::AuthEnroll).await?;
     let now = state.clock().now_ms();
     let object = Object::root(&body, &["challenge_id", "credential"])?;
@@ -237,7 +266,7 @@ async fn register_finish(
     )
     .await;
     let passkey_id = charged(&state, client, now, result)?;
-    Ok(Json(json!({ "passkey_id": db::id_text(&passkey_id) })))
+    Ok(registered(passkey_id))
 }
 
 /// Starts registering the first passkey of a person enrolled without one (the
@@ -274,13 +303,16 @@ async fn first_start(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PasskeyChallenge>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["username", "password", "totp"])?;
-    let username = object.str("username")?;
-    let password = Password::presented(object.str("password")?);
-    let totp = TotpCode::parse(object.str("totp")?);
+    let object = public_body(
+        &state,
+        client,
+        now,
+        &body,
+        &["username", "password", "totp"],
+    )?;
+    let (username, password, totp) = password_and_totp(&object)?;
     let result = passkey::first_start(
         state.db(),
         state.pepper(),
@@ -323,29 +355,22 @@ async fn first_finish(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PasskeyRegistered>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(
-        &body,
-        &["username", "password", "challenge_id", "credential"],
-    )?;
-    let username = object.str("username")?;
-    let password = Password::presented(object.str("password")?);
-    let challenge_id = object.uuid("challenge_id")?;
-    let credential = object.member("credential")?.value();
+    let object = public_body(&state, client, now, &body, PASSWORD_AND_PASSKEY)?;
+    let request = password_and_passkey(&object)?;
     let result = passkey::first_finish(
         state.db(),
         state.config(),
         now,
-        username,
-        password.as_ref(),
-        challenge_id,
-        credential,
+        &request.username,
+        request.password.as_ref(),
+        request.challenge_id,
+        &request.credential,
     )
     .await;
     let passkey_id = charged(&state, client, now, result)?;
-    Ok(Json(json!({ "passkey_id": db::id_text(&passkey_id) })))
+    Ok(registered(passkey_id))
 }
 
 /// Starts a web console login: an assertion challenge for the person's passkeys
@@ -374,10 +399,9 @@ async fn login_start(
     State(state): State<AppState>,
     client: ClientAddr,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PasskeyChallenge>, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(&body, &["username"])?;
+    let object = public_body(&state, client, now, &body, &["username"])?;
     let username = object.str("username")?;
     let result =
         console::login_start(state.db(), state.pepper(), state.config(), now, username).await;
@@ -415,28 +439,19 @@ async fn login_finish(
     JsonBody(body): JsonBody,
 ) -> Result<impl IntoResponse, ApiError> {
     let now = state.clock().now_ms();
-    gate(&state, client, now)?;
-    let object = Object::root(
-        &body,
-        &["username", "password", "challenge_id", "credential"],
-    )?;
-    let request = ConsoleLogin {
-        username: object.str("username")?.to_owned(),
-        password: Password::presented(object.str("password")?),
-        challenge_id: object.uuid("challenge_id")?,
-        credential: object.member("credential")?.value().clone(),
-    };
+    let object = public_body(&state, client, now, &body, PASSWORD_AND_PASSKEY)?;
+    let request = password_and_passkey(&object)?;
     let result =
         console::login_finish(state.db(), state.pepper(), state.config(), now, request).await;
     let logged_in = charged(&state, client, now, result)?;
     let cookie = console::session_cookie(&logged_in.access_token, state.config());
     Ok((
         AppendHeaders([(SET_COOKIE, cookie)]),
-        Json(json!({
-            "login_session_id": db::id_text(&logged_in.login_session_id),
-            "expires_at": logged_in.expires_at,
-            "csrf_token": logged_in.csrf_token.expose(),
-        })),
+        Json(ConsoleLoginResponse {
+            login_session_id: db::id_text(&logged_in.login_session_id),
+            expires_at: logged_in.expires_at,
+            csrf_token: logged_in.csrf_token.expose().to_owned(),
+        }),
     ))
 }
 
@@ -464,7 +479,7 @@ async fn login_finish(
 async fn step_up_start(
     State(state): State<AppState>,
     principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PasskeyChallenge>, ApiError> {
     let person = person(&state, &principal, AuditAction::AuthStepUp).await?;
     let now = state.clock().now_ms();
     Ok(started(
@@ -492,132 +507,4 @@ pub(super) async fn step_up_finish(
     )
     .await;
     step_up_charged(state, person, client, now, result)
-}
-
-/// A WebAuthn challenge (doc-only): pass `options` to the browser's
-/// `navigator.credentials.create()` or `.get()`, and `challenge_id` to the finish.
-#[derive(Debug, ToSchema)]
-pub struct PasskeyChallenge {
-    /// The challenge (5 minutes, single use).
-    #[schema(format = "uuid")]
-    pub challenge_id: String,
-    /// `CreationChallengeResponse` (registration) or `RequestChallengeResponse`
-    /// (assertion) of WebAuthn, as JSON.
-    #[schema(value_type = Object)]
-    pub options: Value,
-}
-
-/// A registered passkey (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct PasskeyRegistered {
-    /// The new passkey's ID.
-    #[schema(format = "uuid")]
-    pub passkey_id: String,
-}
-
-/// `POST /api/v1/auth/enroll/passkey/start` (doc-only; exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct PasskeyEnrollStartRequest {
-    /// The one-time enrollment code `bothy_ec_...`.
-    pub code: String,
-}
-
-/// `POST /api/v1/auth/enroll/passkey/finish` (doc-only; exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct PasskeyEnrollFinishRequest {
-    /// The one-time enrollment code of the start.
-    pub code: String,
-    /// The challenge of the start.
-    #[schema(format = "uuid")]
-    pub challenge_id: String,
-    /// The browser's `PublicKeyCredential` (attestation) as JSON, without `null`
-    /// members.
-    #[schema(value_type = Object)]
-    pub credential: Value,
-}
-
-/// `POST /api/v1/auth/passkeys/start` (doc-only; exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct PasskeyRegisterStartRequest {
-    /// A fresh TOTP step-up of this login session; consumed.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-}
-
-/// `POST /api/v1/auth/passkeys/finish` (doc-only; exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct PasskeyFinishRequest {
-    /// The challenge of the start.
-    #[schema(format = "uuid")]
-    pub challenge_id: String,
-    /// The browser's `PublicKeyCredential` (attestation) as JSON, without `null`
-    /// members.
-    #[schema(value_type = Object)]
-    pub credential: Value,
-}
-
-/// `POST /api/v1/auth/passkeys/first/start` (doc-only; exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct FirstPasskeyStartRequest {
-    /// The username.
-    pub username: String,
-    /// The password.
-    #[schema(format = Password)]
-    pub password: String,
-    /// The current TOTP code (its time step is used up).
-    pub totp: String,
-}
-
-/// `POST /api/v1/auth/passkeys/first/finish` (doc-only; exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct FirstPasskeyFinishRequest {
-    /// The username of the start.
-    pub username: String,
-    /// The password again.
-    #[schema(format = Password)]
-    pub password: String,
-    /// The challenge of the start.
-    #[schema(format = "uuid")]
-    pub challenge_id: String,
-    /// The browser's `PublicKeyCredential` (attestation) as JSON, without `null`
-    /// members.
-    #[schema(value_type = Object)]
-    pub credential: Value,
-}
-
-/// `POST /api/v1/auth/console/login/start` (doc-only; exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct ConsoleLoginStartRequest {
-    /// The username.
-    pub username: String,
-}
-
-/// `POST /api/v1/auth/console/login/finish` (doc-only; exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct ConsoleLoginFinishRequest {
-    /// The username of the start.
-    pub username: String,
-    /// The password.
-    #[schema(format = Password)]
-    pub password: String,
-    /// The challenge of the start.
-    #[schema(format = "uuid")]
-    pub challenge_id: String,
-    /// The browser's `PublicKeyCredential` (assertion, user verification
-    /// required) as JSON, without `null` members.
-    #[schema(value_type = Object)]
-    pub credential: Value,
-}
-
-/// `200` of `POST /api/v1/auth/console/login/finish` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ConsoleLoginResponse {
-    /// The new console login session.
-    #[schema(format = "uuid")]
-    pub login_session_id: String,
-    /// When it expires (Unix ms).
-    pub expires_at: i64,
-    /// The CSRF token: send it in the CSRF header with every request that is not
-    /// GET or HEAD.
-    pub csrf_token: String,
 }

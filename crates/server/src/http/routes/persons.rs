@@ -13,15 +13,19 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use bothy_api::persons::{
+    DisablePersonRequest, DisabledPerson, EnabledPerson, InvitePersonRequest, InvitedPerson,
+    Person, PersonList, RoleSet, SetRoleRequest,
+};
 use bothy_proto::json::Object;
-use serde_json::{Value, json};
-use utoipa::{IntoResponses, ToSchema};
+use utoipa::IntoResponses;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::body::{JsonBody, path_id, read_conn};
 use super::host_manage;
 use crate::audit::AuditAction;
+use crate::db;
 use crate::http::api_doc::{
     Internal, NotFound, PayloadTooLarge, Problem, Unauthenticated, Unavailable,
     UnsupportedMediaType, ValidationFailed,
@@ -71,7 +75,7 @@ async fn invite(
     State(state): State<AppState>,
     principal: Principal,
     JsonBody(body): JsonBody,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<InvitedPerson>), ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::PersonInvite)
@@ -95,11 +99,11 @@ async fn invite(
     .await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "person": invited.person.to_json(),
-            "enrollment_code": invited.issued.code.expose(),
-            "enrollment_expires_at": invited.issued.expires_at,
-        })),
+        Json(InvitedPerson {
+            person: person_body(&invited.person),
+            enrollment_code: invited.issued.code.expose().to_owned(),
+            enrollment_expires_at: invited.issued.expires_at,
+        }),
     ))
 }
 
@@ -123,18 +127,18 @@ async fn invite(
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PersonList>, ApiError> {
     let now = state.clock().now_ms();
     principal
         .require_owner_person(state.db(), now, AuditAction::IdentityRead)
         .await?;
     let mut conn = read_conn(&state).await?;
-    let persons: Vec<Value> = persons::list(&mut conn)
+    let persons = persons::list(&mut conn)
         .await?
         .iter()
-        .map(persons::Person::to_json)
+        .map(person_body)
         .collect();
-    Ok(Json(json!({ "persons": persons })))
+    Ok(Json(PersonList { persons }))
 }
 
 /// Disables a person (owners, with a step-up and a reason).
@@ -174,7 +178,7 @@ async fn disable(
     principal: Principal,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DisabledPerson>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::PersonDisable)
@@ -189,11 +193,11 @@ async fn disable(
         reason: &reason,
     };
     let disabled = admin::disable(state.db(), now, PersonRef::Id(id), authority).await?;
-    Ok(Json(json!({
-        "person": disabled.person.to_json(),
-        "changed": disabled.changed,
-        "sessions_ended": disabled.sessions_ended.len(),
-    })))
+    Ok(Json(DisabledPerson {
+        person: person_body(&disabled.person),
+        changed: disabled.changed,
+        sessions_ended: count(disabled.sessions_ended.len()),
+    }))
 }
 
 /// Enables a disabled person again (owners).
@@ -224,17 +228,17 @@ async fn enable(
     State(state): State<AppState>,
     principal: Principal,
     Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<EnabledPerson>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::PersonEnable)
         .await?;
     let id = path_id(&id)?;
     let enabled = admin::enable(state.db(), now, actor.actor(), PersonRef::Id(id)).await?;
-    Ok(Json(json!({
-        "person": enabled.person.to_json(),
-        "changed": enabled.changed,
-    })))
+    Ok(Json(EnabledPerson {
+        person: person_body(&enabled.person),
+        changed: enabled.changed,
+    }))
 }
 
 /// Sets a person's role (owners, with a step-up and a reason).
@@ -273,7 +277,7 @@ async fn set_role(
     principal: Principal,
     Path(id): Path<String>,
     JsonBody(body): JsonBody,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<RoleSet>, ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::PersonSetRole)
@@ -291,11 +295,40 @@ async fn set_role(
         reason: &reason,
     };
     let set = admin::set_role(state.db(), now, PersonRef::Id(id), role, authority).await?;
-    Ok(Json(json!({
-        "person": set.person.to_json(),
-        "changed": set.changed,
-        "sessions_ended": set.sessions_ended,
-    })))
+    Ok(Json(RoleSet {
+        person: person_body(&set.person),
+        changed: set.changed,
+        sessions_ended: count(set.sessions_ended),
+    }))
+}
+
+/// A person as the routes show them.
+fn person_body(person: &persons::Person) -> Person {
+    Person {
+        id: db::id_text(&person.id),
+        username: person.username.as_str().to_owned(),
+        role: role(person.role),
+        status: match person.status {
+            PersonStatus::Active => bothy_api::persons::PersonStatus::Active,
+            PersonStatus::Disabled => bothy_api::persons::PersonStatus::Disabled,
+            PersonStatus::Deleted => bothy_api::persons::PersonStatus::Deleted,
+        },
+        enrolled: person.enrolled,
+        created_at: person.created_at,
+    }
+}
+
+/// The API's role of a person's role.
+pub(super) fn role(role: Role) -> bothy_api::persons::Role {
+    match role {
+        Role::Owner => bothy_api::persons::Role::Owner,
+        Role::Member => bothy_api::persons::Role::Member,
+    }
+}
+
+/// A count of ended sessions on the wire.
+fn count(ended: usize) -> u64 {
+    u64::try_from(ended).unwrap_or(u64::MAX)
 }
 
 /// `403` of the routes that change persons (doc-only).
@@ -327,106 +360,3 @@ pub struct StepUpRequired(pub Problem);
     content_type = "application/problem+json"
 )]
 pub struct LastOwner(pub Problem);
-
-/// `POST /api/v1/persons/{id}/disable` (doc-only; the handler reads exactly
-/// these members).
-#[derive(Debug, ToSchema)]
-pub struct DisablePersonRequest {
-    /// Why (1 to 500 characters; kept in the audit).
-    pub reason: String,
-    /// A fresh step-up of the caller's login session, consumed by the call.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-}
-
-/// `200` of `POST /api/v1/persons/{id}/disable` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct DisabledPerson {
-    /// The person, disabled.
-    pub person: Person,
-    /// Whether the status changed (false: disabled already).
-    pub changed: bool,
-    /// The login sessions this ended (`user_disabled`); their terminal
-    /// sessions ended with them.
-    pub sessions_ended: u64,
-}
-
-/// `POST /api/v1/persons/{id}/role` (doc-only; the handler reads exactly
-/// these members).
-#[derive(Debug, ToSchema)]
-pub struct SetRoleRequest {
-    /// `owner` or `member`.
-    pub role: Role,
-    /// Why (1 to 500 characters; kept in the audit).
-    pub reason: String,
-    /// A fresh step-up of the caller's login session, consumed by the change.
-    #[schema(format = "uuid")]
-    pub step_up_id: String,
-}
-
-/// `200` of `POST /api/v1/persons/{id}/role` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct RoleSet {
-    /// The person, with the new role.
-    pub person: Person,
-    /// Whether the role changed (false: it was that role already).
-    pub changed: bool,
-    /// The terminal sessions the removed owner role ended (`access_revoked`).
-    pub sessions_ended: u64,
-}
-
-/// `200` of `POST /api/v1/persons/{id}/enable` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct EnabledPerson {
-    /// The person, active.
-    pub person: Person,
-    /// Whether the status changed (false: active already).
-    pub changed: bool,
-}
-
-/// `POST /api/v1/persons` (doc-only; the handler reads exactly these members).
-#[derive(Debug, ToSchema)]
-pub struct InvitePersonRequest {
-    /// 1 to 32 ASCII letters, digits, `.`, `_`, `-`, starting with a letter;
-    /// folded to lower case (`400` `invalid_username` otherwise).
-    #[schema(example = "alice")]
-    pub username: String,
-    /// `owner` or `member`.
-    pub role: Role,
-}
-
-/// `201` of `POST /api/v1/persons` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct InvitedPerson {
-    /// The new person (not yet enrolled).
-    pub person: Person,
-    /// The one-time enrollment code `bothy_ec_...` (shown only now).
-    pub enrollment_code: String,
-    /// When the code expires (Unix ms).
-    pub enrollment_expires_at: i64,
-}
-
-/// `GET /api/v1/persons` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct PersonList {
-    /// Every person.
-    pub persons: Vec<Person>,
-}
-
-/// A person (doc-only; `persons::Person::to_json`).
-#[derive(Debug, ToSchema)]
-pub struct Person {
-    /// The person's principal ID.
-    #[schema(format = "uuid")]
-    pub id: String,
-    /// The username (lower case).
-    pub username: String,
-    /// `owner` or `member`.
-    pub role: Role,
-    /// `active`, `disabled` or `deleted`.
-    pub status: PersonStatus,
-    /// Whether the person has a password and a confirmed TOTP secret.
-    pub enrolled: bool,
-    /// When the person was created (Unix ms).
-    pub created_at: i64,
-}

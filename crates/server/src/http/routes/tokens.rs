@@ -9,9 +9,10 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use bothy_api::tokens::{
+    ApiToken, ApiTokenList, CreateApiTokenRequest, CreatedApiToken, ServiceKind,
+};
 use bothy_proto::json::Object;
-use serde_json::{Value, json};
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -19,14 +20,14 @@ use super::body::{JsonBody, path_id, read_conn};
 use crate::audit::AuditAction;
 use crate::db;
 use crate::http::api_doc::{
-    Internal, NotFound, PayloadTooLarge, Problem, ServiceKind, Unauthenticated, Unavailable,
+    Internal, NotFound, PayloadTooLarge, Problem, Unauthenticated, Unavailable,
     UnsupportedMediaType,
 };
 use crate::http::problem::PROBLEM_JSON;
 use crate::http::{ApiError, ProblemCode};
-use crate::identity::PrincipalKind;
 use crate::identity::api_tokens::{self, ServiceName, TokenFor};
 use crate::identity::principal::Principal;
+use crate::identity::{IdentityError, PrincipalKind};
 use crate::state::AppState;
 
 /// The routes of this file.
@@ -71,7 +72,7 @@ async fn create(
     State(state): State<AppState>,
     principal: Principal,
     JsonBody(body): JsonBody,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<CreatedApiToken>), ApiError> {
     let now = state.clock().now_ms();
     let actor = principal
         .require_owner_person(state.db(), now, AuditAction::ApiTokenCreate)
@@ -94,14 +95,14 @@ async fn create(
     let created = api_tokens::create(state.db(), state.pepper(), now, actor, target).await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "token": created.token.expose(),
-            "token_id": db::id_text(&created.info.id),
-            "principal_id": db::id_text(&created.info.principal_id),
-            "kind": created.info.kind.as_str(),
-            "name": created.info.name,
-            "created_at": created.info.created_at,
-        })),
+        Json(CreatedApiToken {
+            token: created.token.expose().to_owned(),
+            token_id: db::id_text(&created.info.id),
+            principal_id: db::id_text(&created.info.principal_id),
+            kind: service_kind(created.info.kind)?,
+            name: created.info.name.clone(),
+            created_at: created.info.created_at,
+        }),
     ))
 }
 
@@ -126,18 +127,18 @@ async fn create(
 async fn list(
     State(state): State<AppState>,
     principal: Principal,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApiTokenList>, ApiError> {
     let now = state.clock().now_ms();
     principal
         .require_owner_person(state.db(), now, AuditAction::IdentityRead)
         .await?;
     let mut conn = read_conn(&state).await?;
-    let tokens: Vec<Value> = api_tokens::list(&mut conn)
+    let tokens = api_tokens::list(&mut conn)
         .await?
         .iter()
-        .map(api_tokens::ApiToken::to_json)
-        .collect();
-    Ok(Json(json!({ "tokens": tokens })))
+        .map(token_body)
+        .collect::<Result<_, _>>()?;
+    Ok(Json(ApiTokenList { tokens }))
 }
 
 /// Revokes an API token (owners); it is refused from the next request on.
@@ -173,67 +174,25 @@ async fn revoke(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /api/v1/tokens` (doc-only; the handler reads exactly these members).
-/// Either `kind` and `name` (a new principal) or `principal_id` alone.
-#[derive(Debug, ToSchema)]
-pub struct CreateApiTokenRequest {
-    /// `agent` or `app`: the kind of the new principal.
-    #[schema(required = false)]
-    pub kind: ServiceKind,
-    /// The new principal's name: 1 to 64 ASCII letters, digits, `.`, `_`, `-`,
-    /// starting with a letter or digit.
-    #[schema(required = false, example = "ci-runner")]
-    pub name: String,
-    /// An existing agent or app.
-    #[schema(required = false, format = "uuid")]
-    pub principal_id: String,
+/// An API token as the list shows it (never its value).
+fn token_body(token: &api_tokens::ApiToken) -> Result<ApiToken, ApiError> {
+    Ok(ApiToken {
+        id: db::id_text(&token.id),
+        principal_id: db::id_text(&token.principal_id),
+        kind: service_kind(token.kind)?,
+        name: token.name.clone(),
+        created_by: db::id_text(&token.created_by),
+        created_at: token.created_at,
+        revoked_at: token.revoked_at,
+    })
 }
 
-/// `201` of `POST /api/v1/tokens` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct CreatedApiToken {
-    /// The API token `bothy_tk_...` (shown only now); use it as `Bearer`.
-    pub token: String,
-    /// The token's ID.
-    #[schema(format = "uuid")]
-    pub token_id: String,
-    /// The agent or app.
-    #[schema(format = "uuid")]
-    pub principal_id: String,
-    /// `agent` or `app`.
-    pub kind: ServiceKind,
-    /// The principal's name.
-    pub name: String,
-    /// When the token was created (Unix ms).
-    pub created_at: i64,
-}
-
-/// `GET /api/v1/tokens` (doc-only).
-#[derive(Debug, ToSchema)]
-pub struct ApiTokenList {
-    /// Oldest first.
-    pub tokens: Vec<ApiToken>,
-}
-
-/// An API token without its value (doc-only; `api_tokens::ApiToken::to_json`).
-#[derive(Debug, ToSchema)]
-pub struct ApiToken {
-    /// The token's ID.
-    #[schema(format = "uuid")]
-    pub id: String,
-    /// The agent or app.
-    #[schema(format = "uuid")]
-    pub principal_id: String,
-    /// `agent` or `app`.
-    pub kind: ServiceKind,
-    /// The principal's name.
-    pub name: String,
-    /// The owner who created it.
-    #[schema(format = "uuid")]
-    pub created_by: String,
-    /// When it was created (Unix ms).
-    pub created_at: i64,
-    /// When it was revoked (Unix ms); `null` while it is not.
-    #[schema(required = true)]
-    pub revoked_at: Option<i64>,
+/// The API's kind of an agent or app; a person here is a stored row that
+/// breaks the schema (API tokens belong to agents and apps only).
+pub(super) fn service_kind(kind: PrincipalKind) -> Result<ServiceKind, ApiError> {
+    match kind {
+        PrincipalKind::Agent => Ok(ServiceKind::Agent),
+        PrincipalKind::App => Ok(ServiceKind::App),
+        PrincipalKind::Person => Err(IdentityError::Stored("principals.kind").into()),
+    }
 }
