@@ -25,26 +25,14 @@
 //!
 //! Every wait is bounded; a failure prints what failed and exits non-zero.
 
-use bothy_testkit as support;
-use bothy_testkit::hosts as hosts_common;
-use bothy_testkit::identity as identity_common;
 use bothy_testkit::scenario as e2e_common;
-use bothy_testkit::terminal as terminal_common;
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
-use bothy_noise::{EphemeralKey, Initiator, Transport};
-use bothy_proto::b64;
-use bothy_proto::frame::{Direction, Frame};
-use bothy_proto::jws::ephemeral_key_hash;
+use anyhow::anyhow;
 use bothy_server::db::Engine;
 use e2e_common::{Options, Scenario, bench, bulk};
-use futures_util::SinkExt;
-use serde_json::json;
-use tokio_tungstenite::tungstenite::Message;
-use uuid::Uuid;
 
 /// Openings timed per setup; the median is printed.
 const OPENINGS: usize = 5;

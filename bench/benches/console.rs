@@ -21,7 +21,7 @@ use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use bothy_server::db::Engine;
 use e2e_common::{Options, bench};
 

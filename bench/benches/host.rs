@@ -38,11 +38,7 @@
 //!
 //! Every wait is bounded; a failure prints what failed and exits non-zero.
 
-use bothy_testkit as support;
-use bothy_testkit::hosts as hosts_common;
-use bothy_testkit::identity as identity_common;
 use bothy_testkit::scenario as e2e_common;
-use bothy_testkit::terminal as terminal_common;
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -55,17 +51,10 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use bothy_noise::{EphemeralKey, Initiator, Transport};
-use bothy_proto::b64;
-use bothy_proto::frame::{Direction, Frame};
-use bothy_proto::jws::ephemeral_key_hash;
+use bothy_proto::frame::Frame;
 use bothy_server::db::Engine;
 use e2e_common::bulk::{self, LINE, drain_quiet, recv_within};
 use e2e_common::{DeviceSession, Options, Received, Scenario, bench};
-use futures_util::SinkExt;
-use serde_json::json;
-use tokio_tungstenite::tungstenite::Message;
-use uuid::Uuid;
 
 /// The size of the bulk file: 256 MiB.
 const FILE_BYTES: u64 = 256 * 1024 * 1024;

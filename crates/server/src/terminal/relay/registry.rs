@@ -146,7 +146,7 @@ pub(crate) struct Limits {
 
 /// A side in the registry.
 #[derive(Debug)]
-pub(crate) struct Member {
+pub(super) struct Member {
     pub(super) conn_id: u64,
     pub(super) commands: mpsc::UnboundedSender<Command>,
     /// Hands the counterpart's outgoing receiver over at the pairing.
@@ -178,7 +178,7 @@ impl Member {
 }
 
 #[derive(Debug)]
-pub(crate) struct Slot {
+pub(super) struct Slot {
     pub(super) device: Option<Member>,
     pub(super) host: Option<Member>,
     pub(super) limits: Limits,
