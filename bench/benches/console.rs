@@ -19,7 +19,6 @@ use bothy_testkit::scenario as e2e_common;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bothy_server::db::Engine;
