@@ -25,26 +25,14 @@
 //!
 //! Every wait is bounded; a failure prints what failed and exits non-zero.
 
-use bothy_testkit as support;
-use bothy_testkit::hosts as hosts_common;
-use bothy_testkit::identity as identity_common;
 use bothy_testkit::scenario as e2e_common;
-use bothy_testkit::terminal as terminal_common;
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
-use bothy_noise::{EphemeralKey, Initiator, Transport};
-use bothy_proto::b64;
-use bothy_proto::frame::{Direction, Frame};
-use bothy_proto::jws::ephemeral_key_hash;
+use anyhow::anyhow;
 use bothy_server::db::Engine;
-use e2e_common::{Options, Scenario, bulk};
-use futures_util::SinkExt;
-use serde_json::json;
-use tokio_tungstenite::tungstenite::Message;
-use uuid::Uuid;
+use e2e_common::{Options, Scenario, bench, bulk};
 
 /// Openings timed per setup; the median is printed.
 const OPENINGS: usize = 5;
@@ -61,27 +49,7 @@ const LIMIT: Duration = Duration::from_secs(30);
 const PROBE: Duration = Duration::from_secs(1);
 
 fn main() -> ExitCode {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("cluster bench: needs root (OS users, bothy-host supervise, nginx)");
-        return ExitCode::FAILURE;
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("cluster bench: tokio runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("cluster bench failed: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::main_as_root("cluster", "OS users, bothy-host supervise, nginx", run)
 }
 
 async fn run() -> anyhow::Result<()> {
@@ -141,102 +109,20 @@ async fn median_bulk(scenario: &Scenario) -> anyhow::Result<f64> {
 }
 
 async fn start(options: Options) -> anyhow::Result<Scenario> {
-    tokio::time::timeout(
-        Duration::from_secs(180),
-        Scenario::start(Engine::Postgres, options),
-    )
-    .await
-    .map_err(|_| anyhow!("the scenario did not start within 180 s"))
+    bench::start_within(Engine::Postgres, options).await
 }
 
 async fn median_opening(scenario: &Scenario) -> anyhow::Result<f64> {
     let mut took = Vec::with_capacity(OPENINGS);
     for _ in 0..OPENINGS {
-        took.push(open_to_first_byte(scenario).await?.as_secs_f64() * 1000.0);
+        took.push(
+            bench::timed_opening(scenario, LIMIT)
+                .await?
+                .took
+                .as_secs_f64()
+                * 1000.0,
+        );
     }
     took.sort_by(f64::total_cmp);
     Ok(took[took.len() / 2])
-}
-
-/// One opening, timed from the open request to the first data frame.
-async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<Duration> {
-    let server = &scenario.server;
-    let person = &scenario.owner;
-    let step_up_id = hosts_common::step_up(server, person).await;
-    let ephemeral = EphemeralKey::generate().map_err(|e| anyhow!("ephemeral key: {e}"))?;
-    let cek = ephemeral_key_hash(&ephemeral.public());
-    let started = Instant::now();
-    let reply = identity_common::post(
-        server,
-        &format!("/api/v1/hosts/{}/terminal/sessions", scenario.host_id),
-        Some(person.token()),
-        json!({
-            "profile": "shell",
-            "columns": 100,
-            "rows": 30,
-            "client_ephemeral_key_hash": b64::encode(&cek),
-            "step_up_id": step_up_id,
-        }),
-    )
-    .await;
-    if reply.status != 201 {
-        bail!("open: {} {}", reply.status, reply.body);
-    }
-    let field = |name: &str| {
-        reply.body[name]
-            .as_str()
-            .ok_or_else(|| anyhow!("open reply without {name}"))
-    };
-    let session_id = Uuid::parse_str(field("session_id")?).context("session_id")?;
-    let token = field("token")?.to_owned();
-    let noise_key: [u8; 32] =
-        b64::decode_array(field("noise_public_key")?).map_err(|e| anyhow!("noise key: {e:?}"))?;
-    let mut initiator =
-        Initiator::with_ephemeral(session_id, scenario.host_uuid(), &noise_key, ephemeral)
-            .map_err(|e| anyhow!("initiator: {e}"))?;
-    let mut ws = match &scenario.cluster {
-        Some(cluster) => cluster.edge.device_login(session_id, person.token()).await,
-        None => terminal_common::device::login(server, session_id, person.token()).await,
-    };
-    let message1 = initiator
-        .write_message1(token.as_bytes())
-        .map_err(|e| anyhow!("message 1: {e}"))?;
-    ws.send(Message::binary(message1))
-        .await
-        .context("message 1")?;
-    let message2 = terminal_common::host_data::next_binary(&mut ws).await;
-    let (_, mut transport) = initiator
-        .read_message2(&message2)
-        .map_err(|e| anyhow!("message 2: {e}"))?;
-    let size = bothy_proto::frame::TerminalSize::new(100, 30).context("size")?;
-    send_frame(&mut ws, &mut transport, Frame::Start(size)).await?;
-    let first = terminal_common::host_data::next_binary(&mut ws).await;
-    let plain = transport
-        .read_message(&first)
-        .map_err(|e| anyhow!("decrypt: {e}"))?;
-    let elapsed = started.elapsed();
-    match Frame::decode(&plain, Direction::HostToDevice) {
-        Ok(Frame::Data(_)) => {}
-        other => bail!("the first frame after start: {other:?}"),
-    }
-    send_frame(&mut ws, &mut transport, Frame::Close).await?;
-    drop(ws);
-    tokio::time::timeout(LIMIT, scenario.closed(session_id))
-        .await
-        .map_err(|_| anyhow!("the timed session did not close within {LIMIT:?}"))?;
-    Ok(elapsed)
-}
-
-async fn send_frame(
-    ws: &mut support::ws::Ws,
-    transport: &mut Transport,
-    frame: Frame<'_>,
-) -> anyhow::Result<()> {
-    let plain = frame
-        .to_vec(Direction::DeviceToHost)
-        .map_err(|e| anyhow!("frame: {e}"))?;
-    let message = transport
-        .write_message(&plain)
-        .map_err(|e| anyhow!("encrypt: {e}"))?;
-    ws.send(Message::binary(message)).await.context("send")
 }

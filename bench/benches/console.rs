@@ -19,44 +19,22 @@ use bothy_testkit::scenario as e2e_common;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use bothy_server::db::Engine;
-use e2e_common::{Options, Scenario};
+use e2e_common::{Options, bench};
 
 fn main() -> ExitCode {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("console bench: needs root (it creates OS users and runs bothy-host supervise)");
-        return ExitCode::FAILURE;
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("console bench: tokio runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("console bench failed: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::main_as_root(
+        "console",
+        "it creates OS users and runs bothy-host supervise",
+        run,
+    )
 }
 
 async fn run() -> anyhow::Result<()> {
     eprintln!("console bench: starting the server and the host service");
-    let scenario = tokio::time::timeout(
-        Duration::from_secs(180),
-        Scenario::start(Engine::Sqlite, Options::default()),
-    )
-    .await
-    .map_err(|_| anyhow!("the scenario did not start within 180 s"))?;
+    let scenario = bench::start_within(Engine::Sqlite, Options::default()).await?;
     let console = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../web/console");
     let mut node = Command::new("node")
         .arg("bench/console.bench.mjs")

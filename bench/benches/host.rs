@@ -38,11 +38,7 @@
 //!
 //! Every wait is bounded; a failure prints what failed and exits non-zero.
 
-use bothy_testkit as support;
-use bothy_testkit::hosts as hosts_common;
-use bothy_testkit::identity as identity_common;
 use bothy_testkit::scenario as e2e_common;
-use bothy_testkit::terminal as terminal_common;
 
 use std::fs::{self, File};
 use std::io::{Read, Write};
@@ -55,17 +51,10 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
-use bothy_noise::{EphemeralKey, Initiator, Transport};
-use bothy_proto::b64;
-use bothy_proto::frame::{Direction, Frame};
-use bothy_proto::jws::ephemeral_key_hash;
+use bothy_proto::frame::Frame;
 use bothy_server::db::Engine;
 use e2e_common::bulk::{self, LINE, drain_quiet, recv_within};
-use e2e_common::{DeviceSession, Options, Received, Scenario};
-use futures_util::SinkExt;
-use serde_json::json;
-use tokio_tungstenite::tungstenite::Message;
-use uuid::Uuid;
+use e2e_common::{DeviceSession, Options, Received, Scenario, bench};
 
 /// The size of the bulk file: 256 MiB.
 const FILE_BYTES: u64 = 256 * 1024 * 1024;
@@ -88,46 +77,25 @@ const APT_LIMIT: Duration = Duration::from_secs(600);
 const SSH_CIPHER: &str = "chacha20-poly1305@openssh.com";
 
 fn main() -> ExitCode {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!("host bench: needs root (it creates OS users and runs bothy-host supervise)");
-        return ExitCode::FAILURE;
-    }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("host bench: tokio runtime: {error}");
-            return ExitCode::FAILURE;
-        }
-    };
     // `cargo bench` passes `--bench`; there is nothing to filter.
-    match runtime.block_on(run()) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("host bench failed: {error:#}");
-            ExitCode::FAILURE
-        }
-    }
+    bench::main_as_root(
+        "host",
+        "it creates OS users and runs bothy-host supervise",
+        run,
+    )
 }
 
 async fn run() -> anyhow::Result<()> {
     eprintln!("host bench: starting the server and the host service");
-    let scenario = tokio::time::timeout(
-        Duration::from_secs(180),
-        Scenario::start(Engine::Sqlite, Options::default()),
-    )
-    .await
-    .map_err(|_| anyhow!("the scenario did not start within 180 s"))?;
+    let scenario = bench::start_within(Engine::Sqlite, Options::default()).await?;
 
     eprintln!("host bench: open to first byte");
     let mut openings = Vec::with_capacity(OPENINGS);
     let mut phases: Vec<[Duration; 4]> = Vec::with_capacity(OPENINGS);
     for _ in 0..OPENINGS {
-        let (took, phase) = open_to_first_byte(&scenario).await?;
-        openings.push(took);
-        phases.push(phase);
+        let opening = bench::timed_opening(&scenario, SHELL_LIMIT).await?;
+        openings.push(opening.took);
+        phases.push(opening.phases);
     }
 
     eprintln!("host bench: writing the {FILE_BYTES}-byte file");
@@ -466,93 +434,6 @@ fn direct_pty_echo() -> anyhow::Result<(Duration, Duration)> {
     Ok((quantile(&samples, 0.50), quantile(&samples, 0.99)))
 }
 
-/// One opening timed from the open request (after the step-up) to the first
-/// data frame of the shell, and its phases as the device sees them: the open
-/// request's answer, the device stream's login, the Noise handshake through
-/// the relay (the host's data connection comes up meanwhile), and `start` to
-/// the first byte (the gate, the helper, the PTY, the shell's start); the
-/// session is closed afterwards.
-///
-/// The harness's `Scenario::open_as` takes the step-up inside, so this walks
-/// the same public steps itself with a clock between step-up and request.
-async fn open_to_first_byte(scenario: &Scenario) -> anyhow::Result<(Duration, [Duration; 4])> {
-    let server = &scenario.server;
-    let person = &scenario.owner;
-    let step_up_id = hosts_common::step_up(server, person).await;
-    let ephemeral = EphemeralKey::generate().map_err(|e| anyhow!("ephemeral key: {e}"))?;
-    let cek = ephemeral_key_hash(&ephemeral.public());
-    let started = Instant::now();
-    let reply = identity_common::post(
-        server,
-        &format!("/api/v1/hosts/{}/terminal/sessions", scenario.host_id),
-        Some(person.token()),
-        json!({
-            "profile": "shell",
-            "columns": 100,
-            "rows": 30,
-            "client_ephemeral_key_hash": b64::encode(&cek),
-            "step_up_id": step_up_id,
-        }),
-    )
-    .await;
-    if reply.status != 201 {
-        bail!("open: {} {}", reply.status, reply.body);
-    }
-    let answered = Instant::now();
-    let field = |name: &str| {
-        reply.body[name]
-            .as_str()
-            .ok_or_else(|| anyhow!("open reply without {name}"))
-    };
-    let session_id = Uuid::parse_str(field("session_id")?).context("session_id")?;
-    let token = field("token")?.to_owned();
-    let noise_key: [u8; 32] =
-        b64::decode_array(field("noise_public_key")?).map_err(|e| anyhow!("noise key: {e:?}"))?;
-    let mut initiator =
-        Initiator::with_ephemeral(session_id, scenario.host_uuid(), &noise_key, ephemeral)
-            .map_err(|e| anyhow!("initiator: {e}"))?;
-    let mut ws = terminal_common::device::login(server, session_id, person.token()).await;
-    let logged_in = Instant::now();
-    let message1 = initiator
-        .write_message1(token.as_bytes())
-        .map_err(|e| anyhow!("message 1: {e}"))?;
-    ws.send(Message::binary(message1))
-        .await
-        .context("message 1")?;
-    let message2 = terminal_common::host_data::next_binary(&mut ws).await;
-    let (_, mut transport) = initiator
-        .read_message2(&message2)
-        .map_err(|e| anyhow!("message 2: {e}"))?;
-    let handshaken = Instant::now();
-    let size = bothy_proto::frame::TerminalSize::new(100, 30).context("size")?;
-    send_frame(&mut ws, &mut transport, Frame::Start(size)).await?;
-    // The first message after `start` carries the shell's first output.
-    let first = terminal_common::host_data::next_binary(&mut ws).await;
-    let plain = transport
-        .read_message(&first)
-        .map_err(|e| anyhow!("decrypt: {e}"))?;
-    let elapsed = started.elapsed();
-    match Frame::decode(&plain, Direction::HostToDevice) {
-        Ok(Frame::Data(_)) => {}
-        other => bail!("the first frame after start: {other:?}"),
-    }
-    send_frame(&mut ws, &mut transport, Frame::Close).await?;
-    drop(ws);
-    tokio::time::timeout(SHELL_LIMIT, scenario.closed(session_id))
-        .await
-        .map_err(|_| anyhow!("the timed session did not close within {SHELL_LIMIT:?}"))?;
-    let first_byte = started + elapsed;
-    Ok((
-        elapsed,
-        [
-            answered - started,
-            logged_in - answered,
-            handshaken - logged_in,
-            first_byte - handshaken,
-        ],
-    ))
-}
-
 /// The line feeds of the bulk file.
 fn lines() -> u64 {
     FILE_BYTES.div_ceil(LINE as u64 + 1)
@@ -616,20 +497,6 @@ fn direct_pty_cat(file: &Path) -> anyhow::Result<f64> {
 }
 
 /// Encrypts and sends one frame of the device.
-async fn send_frame(
-    ws: &mut support::ws::Ws,
-    transport: &mut Transport,
-    frame: Frame<'_>,
-) -> anyhow::Result<()> {
-    let plain = frame
-        .to_vec(Direction::DeviceToHost)
-        .map_err(|e| anyhow!("frame: {e}"))?;
-    let message = transport
-        .write_message(&plain)
-        .map_err(|e| anyhow!("encrypt: {e}"))?;
-    ws.send(Message::binary(message)).await.context("send")
-}
-
 /// A child process killed when dropped.
 struct KillOnDrop(Child);
 

@@ -308,8 +308,7 @@ fn two_quickstarts_take_newcomers_from_nothing_to_a_shell_at_the_same_time() {
 /// `bothy` process that inherited this quickstart's folder and runs `open`).
 fn bothy_open_of(dir: &Path) -> i32 {
     let wanted = format!("QUICKSTART_DIR={}", dir.display());
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    bothy_testkit::wait::try_eventually_blocking(Duration::from_secs(60), || {
         for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
             let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
                 continue;
@@ -324,15 +323,12 @@ fn bothy_open_of(dir: &Path) -> i32 {
                 bytes.split(|b| *b == 0).any(|part| part == text.as_bytes())
             };
             if has(&cmdline, "open") && has(&environ, &wanted) {
-                return pid;
+                return Some(pid);
             }
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no bothy open of {dir:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        None
+    })
+    .unwrap_or_else(|| panic!("no bothy open of {dir:?}"))
 }
 
 fn signal(pid: i32, signal: nix::sys::signal::Signal) {

@@ -17,71 +17,15 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use serde_json::{Map, Value};
-use sqlx::AnyConnection;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use uuid::Uuid;
 
 use crate::clock::UnixMillis;
-use crate::db::{self, Db, DbError};
+use crate::codes::code_enum;
+use crate::db::{self, AuditRow, Db, DbError};
 
-/// Defines a closed list of codes: the enum, `ALL`, `as_str`, `parse`,
-/// `Display` and [`AuditCode`]. Used for the audit's own lists and the event kinds.
-macro_rules! code_enum {
-    (
-        $(#[$meta:meta])*
-        pub enum $name:ident {
-            $( $(#[$vmeta:meta])* $variant:ident => $text:literal, )+
-        }
-    ) => {
-        $(#[$meta])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum $name {
-            $( $(#[$vmeta])* $variant, )+
-        }
-
-        impl $name {
-            /// Every value.
-            pub const ALL: &'static [$name] = &[ $( Self::$variant, )+ ];
-
-            /// The stored and displayed string.
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $( Self::$variant => $text, )+
-                }
-            }
-
-            /// The value with exactly this string.
-            pub fn parse(text: &str) -> Option<Self> {
-                match text {
-                    $( $text => Some(Self::$variant), )+
-                    _ => None,
-                }
-            }
-        }
-
-        impl ::std::fmt::Display for $name {
-            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl $crate::audit::AuditCode for $name {
-            fn as_str(&self) -> &'static str {
-                $name::as_str(*self)
-            }
-        }
-    };
-}
-pub(crate) use code_enum;
-
-/// A value from a closed list, written into the details as its string. Only
-/// enums implement it: a `&'static str` is compiled in, but not every compiled-in
-/// string is a code, and a `String` could carry anything.
-pub trait AuditCode {
-    /// The code's string.
-    fn as_str(&self) -> &'static str;
-}
+pub use crate::codes::AuditCode;
 
 code_enum! {
     /// What was done: the actions of 10.1 and of the identity work. Add new ones
@@ -544,31 +488,18 @@ pub enum AuditError {
     InvalidProfileName,
 }
 
-/// Writes one entry in the unit of work's transaction.
-pub(crate) async fn insert(
-    conn: &mut AnyConnection,
-    entry: &AuditEntry,
-    at: UnixMillis,
-) -> Result<(), DbError> {
-    let id = db::new_id(at)?;
-    let details = entry.details.to_json().to_string();
-    sqlx::query(
-        "INSERT INTO audit \
-         (id, at, action, decision, actor_kind, actor_id, target_kind, target_id, details) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(db::id_text(&id))
-    .bind(at)
-    .bind(entry.action.as_str())
-    .bind(entry.decision.as_str())
-    .bind(entry.actor.kind().as_str())
-    .bind(entry.actor.id().map(|id| db::id_text(&id)))
-    .bind(entry.target.map(|t| t.kind.as_str()))
-    .bind(entry.target.map(|t| db::id_text(&t.id)))
-    .bind(details)
-    .execute(conn)
-    .await?;
-    Ok(())
+impl From<AuditEntry> for AuditRow {
+    /// The columns of the entry, for the unit of work's commit.
+    fn from(entry: AuditEntry) -> AuditRow {
+        AuditRow {
+            action: entry.action.as_str(),
+            decision: entry.decision.as_str(),
+            actor_kind: entry.actor.kind().as_str(),
+            actor_id: entry.actor.id(),
+            target: entry.target.map(|t| (t.kind.as_str(), t.id)),
+            details: entry.details.to_json().to_string(),
+        }
+    }
 }
 
 /// A stored entry.

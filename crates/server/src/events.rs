@@ -46,137 +46,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use sqlx::AnyConnection;
 use sqlx::Row;
 use sqlx::any::AnyRow;
 use sqlx::postgres::PgListener;
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::{Notify, broadcast, watch};
 use tokio::task::JoinHandle;
-use uuid::Uuid;
 
-use crate::audit::code_enum;
 use crate::clock::UnixMillis;
 use crate::db::{self, Db, DbError, Engine};
-
-/// The position of a durable event: increases with every event, in commit order.
-/// Position 0 is "before the first event".
-pub type EventPosition = i64;
-
-/// The key of the transaction-scoped advisory lock that serialises the writers
-/// of the event log on PostgreSQL (the ASCII of `bothyevt`).
-pub const EVENTS_LOCK_KEY: i64 = 0x626f_7468_7965_7674;
-
-/// The PostgreSQL channel of the tail's wake-ups; the payload is the last
-/// position the transaction wrote (informational only).
-pub const NOTIFY_CHANNEL: &str = "bothy_events";
-
-code_enum! {
-    /// The kinds of durable events. Add new ones here.
-    pub enum EventKind {
-        /// A host changed; to everyone with host.read on it.
-        HostUpdated => "host.updated",
-        /// A terminal session changed; to the person of the session.
-        TerminalSessionChanged => "terminal_session.changed",
-    }
-}
-
-code_enum! {
-    /// The kinds of ephemeral events. Add new ones here.
-    pub enum EphemeralKind {
-        /// A host's control connection came or went (`{host_id, connected}`);
-        /// to everyone with host.read on it.
-        HostPresenceChanged => "host.presence_changed",
-    }
-}
-
-/// Who receives an event. The API layer decides per subscriber whether it is in
-/// the audience (it knows the principal and the permissions).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Audience {
-    /// One person.
-    Person(Uuid),
-    /// Everyone who may read this host (host.read).
-    HostReaders(Uuid),
-    /// Every active owner.
-    Owners,
-}
-
-impl Audience {
-    const fn kind_str(&self) -> &'static str {
-        match self {
-            Audience::Person(_) => "person",
-            Audience::HostReaders(_) => "host_readers",
-            Audience::Owners => "owners",
-        }
-    }
-
-    fn id(&self) -> Option<Uuid> {
-        match *self {
-            Audience::Person(id) | Audience::HostReaders(id) => Some(id),
-            Audience::Owners => None,
-        }
-    }
-
-    fn from_parts(kind: &str, id: Option<Uuid>) -> Option<Audience> {
-        match (kind, id) {
-            ("person", Some(id)) => Some(Audience::Person(id)),
-            ("host_readers", Some(id)) => Some(Audience::HostReaders(id)),
-            ("owners", None) => Some(Audience::Owners),
-            _ => None,
-        }
-    }
-}
-
-/// A durable event before it is written. The payload is a JSON object of states
-/// (never a byte stream, never content: the log is read in plain text by the
-/// server and by backups, 10.2).
-#[derive(Debug, Clone, PartialEq)]
-pub struct DurableEvent {
-    /// The kind.
-    pub kind: EventKind,
-    /// The audience.
-    pub audience: Audience,
-    /// The payload.
-    pub payload: Map<String, Value>,
-}
-
-impl DurableEvent {
-    /// An event.
-    pub fn new(kind: EventKind, audience: Audience, payload: Map<String, Value>) -> DurableEvent {
-        DurableEvent {
-            kind,
-            audience,
-            payload,
-        }
-    }
-}
-
-/// An ephemeral event: live in this process, never stored.
-#[derive(Debug, Clone, PartialEq)]
-pub struct EphemeralEvent {
-    /// The kind.
-    pub kind: EphemeralKind,
-    /// The audience.
-    pub audience: Audience,
-    /// The payload.
-    pub payload: Map<String, Value>,
-}
-
-impl EphemeralEvent {
-    /// An event.
-    pub fn new(
-        kind: EphemeralKind,
-        audience: Audience,
-        payload: Map<String, Value>,
-    ) -> EphemeralEvent {
-        EphemeralEvent {
-            kind,
-            audience,
-            payload,
-        }
-    }
-}
+pub use crate::db::{EVENTS_LOCK_KEY, NOTIFY_CHANNEL};
+pub use crate::event_types::{
+    Audience, DurableEvent, EphemeralEvent, EphemeralKind, EventKind, EventPosition,
+};
 
 /// A committed durable event.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,66 +120,6 @@ impl Default for TailConfig {
             listen_reconnect_backoff_cap: Duration::from_secs(30),
         }
     }
-}
-
-/// Takes the advisory lock of the event log writers (PostgreSQL; held until
-/// the transaction ends). See the module documentation.
-pub(crate) async fn lock_for_append(
-    conn: &mut AnyConnection,
-    engine: Engine,
-) -> Result<(), DbError> {
-    match engine {
-        Engine::Postgres => {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(EVENTS_LOCK_KEY)
-                .execute(conn)
-                .await?;
-        }
-        // One writer at a time anyway (BEGIN IMMEDIATE).
-        Engine::Sqlite => {}
-    }
-    Ok(())
-}
-
-/// Wakes the tails of every process once the transaction commits (PostgreSQL).
-pub(crate) async fn notify_appended(
-    conn: &mut AnyConnection,
-    engine: Engine,
-    last: EventPosition,
-) -> Result<(), DbError> {
-    match engine {
-        Engine::Postgres => {
-            sqlx::query("SELECT pg_notify($1, $2)")
-                .bind(NOTIFY_CHANNEL)
-                .bind(last.to_string())
-                .execute(conn)
-                .await?;
-        }
-        // No other process can be told; its tail polls.
-        Engine::Sqlite => {}
-    }
-    Ok(())
-}
-
-/// Writes one event in the unit of work's transaction; returns its position.
-pub(crate) async fn insert(
-    conn: &mut AnyConnection,
-    event: &DurableEvent,
-    at: UnixMillis,
-) -> Result<EventPosition, DbError> {
-    let payload = Value::Object(event.payload.clone()).to_string();
-    let position: i64 = sqlx::query_scalar(
-        "INSERT INTO events (kind, audience_kind, audience_id, payload, at) \
-         VALUES ($1, $2, $3, $4, $5) RETURNING position",
-    )
-    .bind(event.kind.as_str())
-    .bind(event.audience.kind_str())
-    .bind(event.audience.id().map(|id| db::id_text(&id)))
-    .bind(payload)
-    .bind(at)
-    .fetch_one(conn)
-    .await?;
-    Ok(position)
 }
 
 /// The highest position committed so far (0 for an empty log).

@@ -13,8 +13,14 @@
 //! - [`clock`]: the injected clock ([`clock::Clock`]); tests move time instead of sleeping.
 //! - [`db`]: SQLite (embedded default) or PostgreSQL through one pool, numbered
 //!   migrations per engine, and the [`db::UnitOfWork`] that commits data, audit
-//!   entries and events together and runs after-commit actions.
+//!   entries and events together and runs after-commit actions (it writes
+//!   the audit and event rows itself, `db/records.rs`, and imports neither
+//!   `audit` nor `events`).
+//! - [`codes`]: closed lists of codes (`code_enum!`, [`codes::AuditCode`]),
+//!   below `audit`, `events` and `db`.
 //! - [`audit`]: typed audit entries (10.1) — no free text that could carry content.
+//! - [`event_types`]: what an event is (kinds, audience, a durable event before
+//!   it is written, an ephemeral one, the position), below `db` and `events`.
 //! - [`events`]: the durable event log with monotonically increasing positions,
 //!   ephemeral events, and the log tail that hands committed events to subscribers.
 //! - [`http`]: the axum router, `application/problem+json` errors with the one
@@ -34,7 +40,7 @@
 //!   and that the server drains before it stops.
 //! - [`state`]: [`state::AppState`], the services every entry point reaches
 //!   (configuration, database, clock, limits, log tail, metrics, control
-//!   connections, relay); no transport of its own.
+//!   connections, the relay's registry); no transport of its own.
 //! - [`hosts`]: hosts, their state machine, pairing, confirmation, re-pairing,
 //!   session-user assignments and the LLM declaration (spec 3, 2.2, 7.2).
 //! - [`permissions`]: grants on hosts, the one `authorize` (SR10, SR11 = I6,
@@ -59,8 +65,10 @@ pub mod app;
 pub mod audit;
 pub mod cli;
 pub mod clock;
+pub mod codes;
 pub mod config;
 pub mod db;
+pub mod event_types;
 pub mod events;
 pub mod hosts;
 pub mod http;

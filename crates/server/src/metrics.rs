@@ -43,7 +43,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::audit::code_enum;
+use crate::codes::code_enum;
 
 code_enum! {
     /// The route group of a request: a fixed small set, never a path.

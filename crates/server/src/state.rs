@@ -19,7 +19,7 @@ use crate::pepper::Pepper;
 use crate::ratelimit::RateLimiter;
 use crate::shutdown::ShutdownListener;
 use crate::terminal::links::{ControlLinks, LocalControlLinks};
-use crate::terminal::relay::Relay;
+use crate::terminal::relay::registry::Relay;
 use crate::terminal::signals::presence::{self, NodeLinks, PresenceView};
 
 /// What every handler can reach: the configuration, the database, the clock,

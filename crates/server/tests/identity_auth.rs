@@ -425,9 +425,10 @@ async fn step_ups_expire_belong_to_one_session_and_are_consumed_once(engine: Eng
     server.stop().await;
 }
 
-/// Waits (bounded) until a session of this test database waits on a lock.
+/// Waits (bounded) until a session of this test database waits on a lock:
+/// for another task to reach the lock, not for time to pass.
 async fn wait_for_lock_waiter(server: &TestServer) {
-    for _ in 0..5_000 {
+    let waited = support::wait::try_eventually(Duration::from_secs(5), || async {
         let waiting: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM pg_stat_activity \
              WHERE datname = current_database() AND wait_event_type = 'Lock'",
@@ -435,13 +436,12 @@ async fn wait_for_lock_waiter(server: &TestServer) {
         .fetch_one(server.state.db().pool())
         .await
         .unwrap();
-        if waiting > 0 {
-            return;
-        }
-        // Waiting for another task to reach the lock, not for time to pass.
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        (waiting > 0).then_some(())
+    })
+    .await;
+    if waited.is_none() {
+        panic!("the second consumer never waited on the step-up's row lock");
     }
-    panic!("the second consumer never waited on the step-up's row lock");
 }
 
 /// A step-up refused by consume maps to `401 step_up_required` for the client.

@@ -124,11 +124,14 @@ async fn second_node(a: &TestServer, yaml: &str) -> TestServer {
 /// Waits until `node` counts the host as connected (its own connection or
 /// another node's announcement).
 async fn wait_counted(node: &TestServer, host_id: Uuid) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !node.state.control_links().is_connected(host_id) {
-        assert!(tokio::time::Instant::now() < deadline, "never counted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let counted = support::wait::try_eventually(WAIT, || async {
+        node.state
+            .control_links()
+            .is_connected(host_id)
+            .then_some(())
+    })
+    .await;
+    assert!(counted.is_some(), "never counted");
 }
 
 /// Gives `node`'s handler time to act on a signal it must not act on: a

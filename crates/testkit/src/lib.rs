@@ -9,7 +9,8 @@
 //! - [`terminal`]: test peers of the terminal channels (host control, host
 //!   data, device).
 //! - [`scenario`]: the host scenario harness (the real `bothy-host` paired and
-//!   supervised); [`helper`]: a real `bothy-host supervise` for the helper's
+//!   supervised; `scenario::bench`: the `main`, start and timed opening the
+//!   benches share); [`helper`]: a real `bothy-host supervise` for the helper's
 //!   tests; [`doctor`]: the doctor's tests.
 //! - [`users`], [`machine`], [`causes`], [`output`]: the machine side (real OS
 //!   users, scenario folders, TM-T13 causes, what a command printed).

@@ -40,6 +40,7 @@ use crate::users::TestUser;
 use crate::wait::{eventually, try_eventually};
 use crate::ws::Ws;
 
+pub mod bench;
 pub mod bulk;
 pub mod cluster;
 pub use crate::machine::{ScenarioDir, bothy_host, close_foreign_homes};

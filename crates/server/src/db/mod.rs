@@ -58,6 +58,8 @@
 //!
 //! # Layout
 //! - `migrate`: the embedded migrations and their runner.
+//! - `records`: the audit and event rows a commit writes ([`AuditRow`], the
+//!   event log's insert, lock and `NOTIFY`).
 //! - `uow`: [`UnitOfWork`].
 
 use std::fmt;
@@ -73,13 +75,15 @@ use tokio::sync::{Semaphore, broadcast, watch};
 use uuid::Uuid;
 
 use crate::clock::{UnixMillis, millis};
-use crate::events::EphemeralEvent;
+use crate::event_types::EphemeralEvent;
 
 pub mod idempotency;
 mod migrate;
+mod records;
 mod uow;
 
 pub use migrate::{MigrationFile, embedded_migrations};
+pub use records::{AuditRow, EVENTS_LOCK_KEY, NOTIFY_CHANNEL};
 pub use uow::{AfterCommit, Committed, UnitOfWork};
 
 /// The database engine, chosen from the URL.

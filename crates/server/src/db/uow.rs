@@ -8,10 +8,10 @@ use sqlx::AnyConnection;
 use sqlx::{Any, Transaction};
 use tokio::sync::OwnedSemaphorePermit;
 
+use super::records::{self, AuditRow};
 use super::{Db, DbError, Engine};
-use crate::audit::{self, AuditEntry};
 use crate::clock::UnixMillis;
-use crate::events::{self, DurableEvent, EphemeralEvent, EventPosition};
+use crate::event_types::{DurableEvent, EphemeralEvent, EventPosition};
 
 /// An action that runs after a successful commit, never after a rollback.
 pub type AfterCommit = Box<dyn FnOnce() + Send + 'static>;
@@ -34,7 +34,7 @@ pub struct UnitOfWork {
     db: Db,
     tx: Transaction<'static, Any>,
     now_ms: UnixMillis,
-    audit: Vec<AuditEntry>,
+    audit: Vec<AuditRow>,
     events: Vec<DurableEvent>,
     ephemeral: Vec<EphemeralEvent>,
     signals: Vec<String>,
@@ -93,9 +93,9 @@ impl UnitOfWork {
         self.now_ms
     }
 
-    /// Adds an audit entry, written at commit.
-    pub fn audit(&mut self, entry: AuditEntry) {
-        self.audit.push(entry);
+    /// Adds an audit entry (an `audit::AuditEntry`), written at commit.
+    pub fn audit(&mut self, entry: impl Into<AuditRow>) {
+        self.audit.push(entry.into());
     }
 
     /// Adds a durable event, written to the event log at commit.
@@ -131,19 +131,20 @@ impl UnitOfWork {
     pub async fn commit(mut self) -> Result<Committed, DbError> {
         let engine = self.db.engine();
         for entry in &self.audit {
-            audit::insert(&mut self.tx, entry, self.now_ms).await?;
+            records::insert_audit(&mut self.tx, entry, self.now_ms).await?;
         }
         let mut event_positions = Vec::with_capacity(self.events.len());
         if !self.events.is_empty() {
             // Serialises the writers of the event log from here to the commit
             // (PostgreSQL), so positions become visible in commit order; see
             // `events`. Nothing after this point waits for another lock.
-            events::lock_for_append(&mut self.tx, engine).await?;
+            records::lock_for_append(&mut self.tx, engine).await?;
             for event in &self.events {
-                event_positions.push(events::insert(&mut self.tx, event, self.now_ms).await?);
+                event_positions
+                    .push(records::insert_event(&mut self.tx, event, self.now_ms).await?);
             }
             if let Some(&last) = event_positions.last() {
-                events::notify_appended(&mut self.tx, engine, last).await?;
+                records::notify_appended(&mut self.tx, engine, last).await?;
             }
         }
         let over_notify = self.db.signals_over_notify();

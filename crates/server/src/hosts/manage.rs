@@ -160,6 +160,66 @@ pub async fn update(
     .await?;
 
     // 2. Every finding at once.
+    check_update_request(&mut uow, &host, request).await?;
+    // 3. and 4. The state machine.
+    let to_state = state_transition(&host, request.state)?;
+
+    // 5. The writes.
+    let mut change = UpdateChange::default();
+    change.add(update_session_users(&mut uow, &host, person, request).await?);
+    change.add(update_name_and_assignee(&mut uow, &host, person, request).await?);
+    let mut state_after = host.state;
+    if let Some(to) = to_state {
+        change.add(update_state(&mut uow, &host, person, to, &request.reason).await?);
+        state_after = to;
+    }
+
+    if change.changed {
+        record_change(&mut uow, host.id, state_after, change.rights).await?;
+    } else {
+        uow.audit(manage_entry(
+            person,
+            host.id,
+            AuditDetails::new()
+                .code("operation", ManageOperation::Update)
+                .flag("no_change", true)
+                .reason(&request.reason),
+        ));
+    }
+    let managed = ManagedHost::read(&mut uow, host.id).await?;
+    uow.commit().await?;
+    Ok(managed)
+}
+
+/// The audit entry of a host.manage change of the host by `person`.
+fn manage_entry(person: &PersonPrincipal, host_id: Uuid, details: AuditDetails) -> AuditEntry {
+    AuditEntry::allow(AuditAction::HostManage, person.actor())
+        .target(TargetKind::Host, host_id)
+        .details(details)
+}
+
+/// What one step of updateHost changed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct UpdateChange {
+    /// Something of the host changed (else the audit says `no_change`).
+    changed: bool,
+    /// Who may have a terminal on the host changed (the permission version).
+    rights: bool,
+}
+
+impl UpdateChange {
+    fn add(&mut self, step: UpdateChange) {
+        self.changed |= step.changed;
+        self.rights |= step.rights;
+    }
+}
+
+/// Step 2 of updateHost: every finding of the request at once (`400`).
+async fn check_update_request(
+    uow: &mut UnitOfWork,
+    host: &Host,
+    request: &UpdateRequest,
+) -> Result<(), HostError> {
     let mut findings: Vec<Invalid> = Vec::new();
     if let Some(AssigneeChange::Set(id)) = request.assignee {
         if !is_assignable_person(uow.conn(), id).await? {
@@ -169,7 +229,7 @@ pub async fn update(
     findings.extend(
         session_users::validate(
             uow.conn(),
-            &host,
+            host,
             &request.assign_session_users,
             "/assign_session_users",
         )
@@ -187,47 +247,63 @@ pub async fn update(
     if !findings.is_empty() {
         return Err(HostError::Invalid(findings));
     }
+    Ok(())
+}
 
-    // 3. and 4. The state machine.
+/// Steps 3 and 4 of updateHost: the state machine. The state the request
+/// moves the host to, if it asks for another one than the host's.
+fn state_transition(
+    host: &Host,
+    requested: Option<HostState>,
+) -> Result<Option<HostState>, HostError> {
     if host.state == HostState::Retired {
-        return Err(match request.state {
+        return Err(match requested {
             Some(state) if state != HostState::Retired => HostError::InvalidStateTransition,
             _ => HostError::Conflict(HostConflict::HostRetired),
         });
     }
-    let to_state = request.state.filter(|&to| to != host.state);
+    let to_state = requested.filter(|&to| to != host.state);
     if let Some(to) = to_state {
         match to {
-            HostState::Active => check_enable(&host)?,
+            HostState::Active => check_enable(host)?,
             HostState::Disabled | HostState::Retired => check_transition(host.state, to)?,
             HostState::Pairing | HostState::Confirming => {
                 return Err(HostError::InvalidStateTransition);
             }
         }
     }
+    Ok(to_state)
+}
 
-    // 5. The writes.
+/// The writes of updateHost, first: the assignments of session users that
+/// end, then the new ones.
+async fn update_session_users(
+    uow: &mut UnitOfWork,
+    host: &Host,
+    person: &PersonPrincipal,
+    request: &UpdateRequest,
+) -> Result<UpdateChange, HostError> {
     let actor = person.person_id;
     let reason = request.reason.as_str();
-    let mut rights = false;
-    let mut changed = false;
-
     let ended =
-        session_users::end_rows(&mut uow, host.id, actor, &request.end_session_users, reason)
-            .await?;
-    let made = session_users::assign_rows(
-        &mut uow,
-        &host,
-        actor,
-        &request.assign_session_users,
-        reason,
-    )
-    .await?;
-    if !ended.is_empty() || made > 0 {
-        rights = true;
-        changed = true;
-    }
+        session_users::end_rows(uow, host.id, actor, &request.end_session_users, reason).await?;
+    let made =
+        session_users::assign_rows(uow, host, actor, &request.assign_session_users, reason).await?;
+    let changed = !ended.is_empty() || made > 0;
+    Ok(UpdateChange {
+        changed,
+        rights: changed,
+    })
+}
 
+/// The writes of updateHost, second: the name and the assignee, with the end
+/// of the former assignee's sessions when that person is no active owner.
+async fn update_name_and_assignee(
+    uow: &mut UnitOfWork,
+    host: &Host,
+    person: &PersonPrincipal,
+    request: &UpdateRequest,
+) -> Result<UpdateChange, HostError> {
     let name = request.name.as_deref().unwrap_or(&host.name);
     let name_changed = name != host.name;
     let assignee = match request.assignee {
@@ -236,125 +312,110 @@ pub async fn update(
         None => host.assigned_user_id,
     };
     let assignee_changed = assignee != host.assigned_user_id;
-    if name_changed || assignee_changed {
-        sqlx::query("UPDATE hosts SET name = $1, assigned_user_id = $2 WHERE id = $3")
-            .bind(name)
-            .bind(assignee.map(|id| db::id_text(&id)))
-            .bind(db::id_text(&host.id))
-            .execute(uow.conn())
-            .await
-            .map_err(DbError::from)?;
-        let mut details = AuditDetails::new()
-            .code("operation", ManageOperation::Update)
-            .flag("name_changed", name_changed)
-            .reason(reason);
-        if assignee_changed {
-            rights = true;
-            if let Some(from) = host.assigned_user_id {
-                details = details.id("from_assigned_user_id", from);
-            }
-            if let Some(to) = assignee {
-                details = details.id("to_assigned_user_id", to);
-            }
-            let mut sessions_ended = 0;
-            if let Some(former) = host.assigned_user_id {
-                if !is_active_owner(&mut uow, former).await? {
-                    sessions_ended = revocation::end(
-                        &mut uow,
-                        EndScope::PersonOnHost {
-                            host_id: host.id,
-                            person_id: former,
-                        },
-                        CloseReason::AccessRevoked,
-                        None,
-                    )
-                    .await
-                    .map_err(end_error)?
-                    .len();
-                }
-            }
-            details = details.count("sessions_ended", count(sessions_ended));
-        }
-        uow.audit(
-            AuditEntry::allow(AuditAction::HostManage, person.actor())
-                .target(TargetKind::Host, host.id)
-                .details(details),
-        );
-        changed = true;
+    if !name_changed && !assignee_changed {
+        return Ok(UpdateChange::default());
     }
-
-    let mut state_after = host.state;
-    if let Some(to) = to_state {
-        let (disabled_reason, disabled_at) = match to {
-            HostState::Disabled => (Some(DisabledReason::Owner), Some(now)),
-            _ => (None, None),
-        };
-        sqlx::query(
-            "UPDATE hosts SET state = $1, disabled_reason = $2, disabled_at = $3 WHERE id = $4",
-        )
-        .bind(to.as_str())
-        .bind(disabled_reason.map(DisabledReason::as_str))
-        .bind(disabled_at)
+    sqlx::query("UPDATE hosts SET name = $1, assigned_user_id = $2 WHERE id = $3")
+        .bind(name)
+        .bind(assignee.map(|id| db::id_text(&id)))
         .bind(db::id_text(&host.id))
         .execute(uow.conn())
         .await
         .map_err(DbError::from)?;
-        let close_reason = match to {
-            HostState::Disabled => Some(CloseReason::HostDisabled),
-            HostState::Retired => Some(CloseReason::HostRetired),
-            _ => None,
-        };
-        if to != HostState::Active {
-            // Spec 9: every node closes the host's control connections.
-            signals::stage(&mut uow, &Signal::HostClose { host_id: host.id });
+    let mut details = AuditDetails::new()
+        .code("operation", ManageOperation::Update)
+        .flag("name_changed", name_changed)
+        .reason(&request.reason);
+    if assignee_changed {
+        if let Some(from) = host.assigned_user_id {
+            details = details.id("from_assigned_user_id", from);
+        }
+        if let Some(to) = assignee {
+            details = details.id("to_assigned_user_id", to);
         }
         let mut sessions_ended = 0;
-        if let Some(close_reason) = close_reason {
-            sessions_ended = revocation::end(&mut uow, EndScope::Host(host.id), close_reason, None)
+        if let Some(former) = host.assigned_user_id {
+            if !is_active_owner(uow, former).await? {
+                sessions_ended = revocation::end(
+                    uow,
+                    EndScope::PersonOnHost {
+                        host_id: host.id,
+                        person_id: former,
+                    },
+                    CloseReason::AccessRevoked,
+                    None,
+                )
                 .await
                 .map_err(end_error)?
                 .len();
+            }
         }
-        let mut details = AuditDetails::new()
-            .code("operation", ManageOperation::State)
-            .code("from_state", host.state)
-            .code("to_state", to)
-            .count("sessions_ended", count(sessions_ended))
-            .reason(reason);
-        if let Some(disabled_reason) = disabled_reason {
-            details = details.code("disabled_reason", disabled_reason);
-        }
-        uow.audit(
-            AuditEntry::allow(AuditAction::HostManage, person.actor())
-                .target(TargetKind::Host, host.id)
-                .details(details),
-        );
+        details = details.count("sessions_ended", count(sessions_ended));
+    }
+    uow.audit(manage_entry(person, host.id, details));
+    Ok(UpdateChange {
+        changed: true,
+        rights: assignee_changed,
+    })
+}
+
+/// The writes of updateHost, last: the move to state `to` (checked by
+/// [`state_transition`]), the close of the host's control connections and
+/// the end of its sessions where the state allows none.
+async fn update_state(
+    uow: &mut UnitOfWork,
+    host: &Host,
+    person: &PersonPrincipal,
+    to: HostState,
+    reason: &str,
+) -> Result<UpdateChange, HostError> {
+    let now = uow.now_ms();
+    let (disabled_reason, disabled_at) = match to {
+        HostState::Disabled => (Some(DisabledReason::Owner), Some(now)),
+        _ => (None, None),
+    };
+    sqlx::query(
+        "UPDATE hosts SET state = $1, disabled_reason = $2, disabled_at = $3 WHERE id = $4",
+    )
+    .bind(to.as_str())
+    .bind(disabled_reason.map(DisabledReason::as_str))
+    .bind(disabled_at)
+    .bind(db::id_text(&host.id))
+    .execute(uow.conn())
+    .await
+    .map_err(DbError::from)?;
+    let close_reason = match to {
+        HostState::Disabled => Some(CloseReason::HostDisabled),
+        HostState::Retired => Some(CloseReason::HostRetired),
+        _ => None,
+    };
+    if to != HostState::Active {
+        // Spec 9: every node closes the host's control connections.
+        signals::stage(uow, &Signal::HostClose { host_id: host.id });
+    }
+    let mut sessions_ended = 0;
+    if let Some(close_reason) = close_reason {
+        sessions_ended = revocation::end(uow, EndScope::Host(host.id), close_reason, None)
+            .await
+            .map_err(end_error)?
+            .len();
+    }
+    let mut details = AuditDetails::new()
+        .code("operation", ManageOperation::State)
+        .code("from_state", host.state)
+        .code("to_state", to)
+        .count("sessions_ended", count(sessions_ended))
+        .reason(reason);
+    if let Some(disabled_reason) = disabled_reason {
+        details = details.code("disabled_reason", disabled_reason);
+    }
+    uow.audit(manage_entry(person, host.id, details));
+    Ok(UpdateChange {
+        changed: true,
         // Only active allows sessions: entering or leaving it changes who may
         // have a terminal; disabled → retired does not.
-        if host.state == HostState::Active || to == HostState::Active {
-            rights = true;
-        }
-        state_after = to;
-        changed = true;
-    }
-
-    if changed {
-        record_change(&mut uow, host.id, state_after, rights).await?;
-    } else {
-        uow.audit(
-            AuditEntry::allow(AuditAction::HostManage, person.actor())
-                .target(TargetKind::Host, host.id)
-                .details(
-                    AuditDetails::new()
-                        .code("operation", ManageOperation::Update)
-                        .flag("no_change", true)
-                        .reason(reason),
-                ),
-        );
-    }
-    let managed = ManagedHost::read(&mut uow, host.id).await?;
-    uow.commit().await?;
-    Ok(managed)
+        rights: host.state == HostState::Active || to == HostState::Active,
+    })
 }
 
 async fn is_active_owner(uow: &mut UnitOfWork, person_id: Uuid) -> Result<bool, HostError> {

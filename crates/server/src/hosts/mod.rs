@@ -31,8 +31,8 @@ use sqlx::any::AnyRow;
 use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
-use crate::audit::code_enum;
 use crate::clock::UnixMillis;
+use crate::codes::code_enum;
 use crate::db::idempotency::IdempotencyError;
 use crate::db::{self, DbError, UnitOfWork};
 use crate::events::{Audience, DurableEvent, EventKind};

@@ -37,9 +37,8 @@ use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
 use super::{Host, HostConflict, HostError, ManageOperation};
-use crate::audit::{
-    Actor, AuditAction, AuditDetails, AuditEntry, OsUserName, TargetKind, code_enum,
-};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, OsUserName, TargetKind};
+use crate::codes::code_enum;
 use crate::db::{self, DbError, UnitOfWork};
 use crate::identity::{Invalid, PersonStatus, persons};
 use crate::revocation::{self, EndScope};

@@ -13,7 +13,8 @@ use uuid::Uuid;
 
 use super::persons::Username;
 use super::{ConflictReason, IdentityError};
-use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind};
+use crate::codes::code_enum;
 use crate::db::{self, DbError, UnitOfWork};
 
 code_enum! {

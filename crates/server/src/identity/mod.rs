@@ -57,7 +57,8 @@ pub mod principal;
 pub mod step_up;
 pub mod totp;
 
-use crate::audit::{AuditEntry, code_enum};
+use crate::audit::AuditEntry;
+use crate::codes::code_enum;
 use crate::db::{DbError, UnitOfWork};
 
 code_enum! {

@@ -31,10 +31,9 @@ use super::principal::PersonPrincipal;
 use super::step_up::{self, CreatedStepUp, StepUpMethod, StepUpRefusal};
 use super::totp::{self, TotpCode};
 use super::{AuthFailure, ConflictReason, IdentityError, PersonStatus, deny, enrollment};
-use crate::audit::{
-    Actor, AuditAction, AuditCode, AuditDetails, AuditEntry, TargetKind, code_enum,
-};
+use crate::audit::{Actor, AuditAction, AuditCode, AuditDetails, AuditEntry, TargetKind};
 use crate::clock::UnixMillis;
+use crate::codes::code_enum;
 use crate::config::Config;
 use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::pepper::{Pepper, PepperPurpose};

@@ -50,8 +50,9 @@ use uuid::Uuid;
 use bothy_proto::codes::CloseReason;
 
 use super::grants;
-use crate::audit::{AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
+use crate::audit::{AuditAction, AuditDetails, AuditEntry, TargetKind};
 use crate::clock::UnixMillis;
+use crate::codes::code_enum;
 use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::hosts::session_users::{self, ValidAssignment};
 use crate::hosts::{DenyReason, Host, HostError, HostState, LlmCredentials};

@@ -46,8 +46,9 @@ use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 
 use super::i6;
-use crate::audit::{AuditAction, AuditDetails, AuditEntry, Target, TargetKind, code_enum};
+use crate::audit::{AuditAction, AuditDetails, AuditEntry, Target, TargetKind};
 use crate::clock::UnixMillis;
+use crate::codes::code_enum;
 use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::hosts::{self, Host, HostConflict, HostError, HostState, LlmCredentials};
 use crate::identity::groups::{self, GroupOperation};

@@ -19,8 +19,9 @@
 
 use uuid::Uuid;
 
-use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, Target, code_enum};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, Target};
 use crate::clock::UnixMillis;
+use crate::codes::code_enum;
 use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::hosts::{self, HostError, LlmCredentials};
 

@@ -65,8 +65,9 @@ use sqlx::{AnyConnection, Row};
 use uuid::Uuid;
 use zeroize::Zeroizing;
 
-use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, code_enum};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry};
 use crate::clock::{UnixMillis, millis};
+use crate::codes::code_enum;
 use crate::config::Config;
 use crate::db::{self, Db, DbError, UnitOfWork};
 use crate::pepper::{Pepper, PepperPurpose};

@@ -66,8 +66,9 @@ use super::{
     Host, HostConflict, HostError, HostState, IfMatchRefusal, ManageOperation, check_transition,
     host_updated,
 };
-use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, Target, TargetKind, code_enum};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, Target, TargetKind};
 use crate::clock::{UnixMillis, millis};
+use crate::codes::code_enum;
 use crate::config::Config;
 use crate::db::idempotency::{self, IdempotencyKey, StoredResponse};
 use crate::db::{self, Db, DbError, Engine, UnitOfWork};

@@ -34,7 +34,8 @@ use bothy_proto::pairing::PairingCode;
 use tokio::sync::oneshot;
 
 use super::{ConnCommand, ControlConnection, End, command_sender, login::end_error};
-use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind};
+use crate::codes::code_enum;
 use crate::db::{self, DbError, UnitOfWork};
 use crate::hosts::{self, DisabledReason, Host, HostError, HostState};
 use crate::revocation::{EndScope, end};

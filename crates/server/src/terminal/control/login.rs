@@ -29,7 +29,8 @@ use tokio::sync::mpsc;
 use uuid::Uuid;
 
 use super::{ControlConnection, End, LoggedIn, duplicate};
-use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind};
+use crate::codes::code_enum;
 use crate::db::{self, DbError};
 use crate::hosts::{self, HostError};
 use crate::revocation::{EndScope, end};

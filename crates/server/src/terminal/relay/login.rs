@@ -71,8 +71,9 @@ use uuid::Uuid;
 
 use super::store::{self, SessionRow};
 use super::{Side, TICK, side};
-use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind, code_enum};
+use crate::audit::{Actor, AuditAction, AuditDetails, AuditEntry, TargetKind};
 use crate::clock::millis;
+use crate::codes::code_enum;
 use crate::db;
 use crate::identity::login_sessions::ClientComponent;
 use crate::identity::opaque::{OpaqueSecret, SecretKind};

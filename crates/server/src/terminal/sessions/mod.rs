@@ -70,10 +70,9 @@ use super::keys::{self, KeyError, TerminalSigner};
 use super::links::ControlSignal;
 use super::signals::{self, Signal};
 use super::token::{self, IssuedToken, TokenError, TokenRequest};
-use crate::audit::{
-    AuditAction, AuditCode, AuditDetails, AuditEntry, ProfileName, TargetKind, code_enum,
-};
+use crate::audit::{AuditAction, AuditCode, AuditDetails, AuditEntry, ProfileName, TargetKind};
 use crate::clock::{UnixMillis, millis};
+use crate::codes::code_enum;
 use crate::config::ClusterMode;
 use crate::db::{self, Db, DbError, Engine, UnitOfWork};
 use crate::events::{Audience, DurableEvent, EventKind};
