@@ -66,6 +66,10 @@ pub mod supervise;
 /// The version of the host service, reported as `host_version` (SemVer).
 pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The environment variable with the log filter (`tracing` directives); the
+/// command line reads it and `supervise` passes it on to what it starts.
+pub const LOG_FILTER_ENV: &str = "BOTHY_HOST_LOG";
+
 /// The exit code of a refused start (D-M2-42-14: EX_CONFIG), after which no
 /// service definition restarts the service.
 pub const EXIT_REFUSED_START: i32 = 78;
