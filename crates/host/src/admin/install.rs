@@ -379,7 +379,11 @@ fn check_state_dir(h: &HostServiceConfig) -> Result<(), Failure> {
 }
 
 /// Step 2, the paths the units name: each one a unit file carries unquoted.
-fn check_unit_paths(binary: &Path, config_path: &Path, h: &HostServiceConfig) -> Result<(), Failure> {
+fn check_unit_paths(
+    binary: &Path,
+    config_path: &Path,
+    h: &HostServiceConfig,
+) -> Result<(), Failure> {
     for (what, path) in [
         ("the binary", binary),
         ("the configuration file", config_path),

@@ -97,10 +97,7 @@ impl UserEntry {
             .groups()?
             .into_iter()
             .filter_map(group_name)
-            .filter(|g| {
-                FORBIDDEN_GROUPS.contains(&g.as_str())
-                    || extra.iter().any(|e| e == g)
-            })
+            .filter(|g| FORBIDDEN_GROUPS.contains(&g.as_str()) || extra.iter().any(|e| e == g))
             .collect();
         out.sort();
         out.dedup();

@@ -5,18 +5,8 @@
 use bothy_proto::codes::CloseDetail;
 use bothy_proto::doctor::{Check, DoctorCode};
 
-use super::Doctor;
 use super::findings::Finding;
-
-/// What a running session must suffer after a run (7.4 "Gate in operation").
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Enforcement {
-    /// Every running session ends with host_policy_violation and this detail.
-    pub end_all: Option<CloseDetail>,
-    /// The sessions of these session users end with host_policy_violation and
-    /// the detail.
-    pub end_users: Vec<(String, CloseDetail)>,
-}
+use super::{Doctor, Enforcement};
 
 impl Doctor {
     /// Whether the last run refuses the start of the service.

@@ -4,18 +4,16 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use super::ServiceContext;
-
 /// How long HD5 waits for the name of the server to resolve.
 const HD5_LOOKUP_BOUND: Duration = Duration::from_secs(5);
 
-/// HD5 (2.3): the host of `server_url` resolves to an address of an own
-/// interface or to loopback, or the peer of the control connection is local.
-pub(super) async fn hd5(ctx: &ServiceContext<'_>) -> bool {
-    if ctx.control_peer.is_some_and(is_own_address) {
+/// HD5 (2.3): the host of `server_url` (of `pairing.json`) resolves to an address of an own
+/// interface or to loopback, or `control_peer` (of the control connection) is local.
+pub(super) async fn hd5(control_peer: Option<IpAddr>, server_url: Option<&str>) -> bool {
+    if control_peer.is_some_and(is_own_address) {
         return true;
     }
-    let Some((host, port)) = ctx.server_url.and_then(url_host_port) else {
+    let Some((host, port)) = server_url.and_then(url_host_port) else {
         return false;
     };
     let lookup = tokio::task::spawn_blocking(move || {

@@ -46,7 +46,7 @@
 //!   2), `lists` (HD7's lists, step 3, and the profiles after them),
 //!   `requests` (the requests of step 4 and their answers), `findings` (the
 //!   codes of the last results by the rule for names), `gate` (refused start,
-//!   the gate before a PTY, [`Enforcement`]) and `report` (the entries of the
+//!   the gate before a PTY, what running sessions suffer) and `report` (the entries of the
 //!   report and the local output).
 
 pub mod accounts;
@@ -74,6 +74,7 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
+use bothy_proto::codes::CloseDetail;
 use bothy_proto::control::LlmCredentials;
 use bothy_proto::doctor::DoctorCode;
 use bothy_proto::report::ReportedProfile;
@@ -81,7 +82,6 @@ use bothy_proto::report::ReportedProfile;
 use crate::config::HostServiceConfig;
 
 pub use command::{ProbePort, command};
-pub use gate::Enforcement;
 pub use hd5::{is_own_address, url_host_port};
 pub use service_side::Places;
 
@@ -167,6 +167,15 @@ pub struct ServiceContext<'a> {
     pub former_session_users: Vec<String>,
 }
 
+/// What a running session must suffer after a run (7.4 "Gate in operation").
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Enforcement {
+    /// Every running session ends with host_policy_violation and this detail.
+    pub end_all: Option<CloseDetail>,
+    /// The sessions of these session users end with host_policy_violation and
+    /// the detail.
+    pub end_users: Vec<(String, CloseDetail)>,
+}
 
 /// A working directory in a list after HD7.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -277,7 +286,7 @@ impl Doctor {
         });
         let service =
             tokio::task::spawn_blocking(move || service_side::service_checks_but_sudo(&inputs));
-        let (findings, server_host) = tokio::join!(service, hd5(ctx));
+        let (findings, server_host) = tokio::join!(service, hd5(ctx.control_peer, ctx.server_url));
         let side = ServiceSide {
             findings: findings.ok(),
             server_host,
@@ -375,7 +384,6 @@ impl Default for Doctor {
         Doctor::new()
     }
 }
-
 
 #[cfg(test)]
 mod tests;
