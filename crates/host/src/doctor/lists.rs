@@ -8,7 +8,7 @@ use std::collections::{HashMap, HashSet};
 use bothy_proto::control::LlmCredentials;
 use bothy_proto::report::{ProfileKind, ReportedProfile};
 
-use super::requests::request;
+use super::requests::{ask_all, request};
 use super::service_side::ServiceFindings;
 use super::terms::FileId;
 use super::wire::{CheckAnswer, CheckRequest, Refusal, RequestKind};
@@ -47,12 +47,7 @@ impl Doctor {
                 )
             })
             .collect();
-        let answers = futures_util::future::join_all(
-            requests
-                .iter()
-                .map(|(name, req)| helpers.checks(name, req.encode())),
-        )
-        .await;
+        let answers = ask_all(helpers, &requests).await;
         let mut ids: HashMap<String, Vec<Option<FileId>>> = HashMap::new();
         for ((name, req), answer) in requests.iter().zip(answers) {
             let got = match answer.map(|bytes| CheckAnswer::decode(&bytes)) {

@@ -87,7 +87,7 @@ pub use service_side::Places;
 
 use hd5::hd5;
 use report::reportable;
-use requests::request;
+use requests::{ask_all, request};
 use service_side::{AskedUser, ForeignHome, ServiceFindings, ServiceInputs};
 use terms::FileId;
 use wire::{CheckRequest, FullAnswer, LightAnswer, RequestKind, ScanResult};
@@ -349,12 +349,7 @@ impl Doctor {
                 )
             })
             .collect();
-        let answers = futures_util::future::join_all(
-            requests
-                .iter()
-                .map(|(name, req)| helpers.checks(name, req.encode())),
-        )
-        .await;
+        let answers = ask_all(helpers, &requests).await;
         for ((name, req), answer) in requests.iter().zip(answers) {
             self.apply(name, req, &findings.homes, answer);
         }

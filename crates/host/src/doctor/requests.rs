@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::service_side::{self, AskedUser, ForeignHome, ServiceFindings};
 use super::wire::{self, CheckAnswer, CheckRequest, LightAnswer, Refusal, RequestKind};
-use super::{Doctor, HelperFault, Places, ServiceContext, UserRecord};
+use super::{Doctor, HelperFault, HelperPort, Places, ServiceContext, UserRecord};
 
 impl Doctor {
     /// Takes one answer of a light or full request.
@@ -106,4 +106,18 @@ pub(super) fn request(
         auth_status_timeout_ms: millis(config.auth_status_timeout),
         entry_scan_timeout_ms: millis(config.entry_scan_timeout),
     }
+}
+
+/// Sends every request to the helper of its user at once; the answers in the
+/// order of `requests`.
+pub(super) async fn ask_all<P: HelperPort>(
+    helpers: &P,
+    requests: &[(String, CheckRequest)],
+) -> Vec<Result<Vec<u8>, HelperFault>> {
+    futures_util::future::join_all(
+        requests
+            .iter()
+            .map(|(name, req)| helpers.checks(name, req.encode())),
+    )
+    .await
 }

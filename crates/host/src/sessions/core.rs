@@ -195,7 +195,7 @@ pub async fn run<R: PtyOutput, W: PtyInput>(
                 None => Next::End(None),
             },
             permit = reserve, if sending => core.send_queued(permit),
-            message = from_helper.recv(), if !sending => core.from_helper(message).await,
+            message = from_helper.recv(), if !sending => core.helper_message(message).await,
             () = tokio::time::sleep_until(idle_at) => core.end(CloseReason::IdleTimeout),
             () = sleep_until_some(detach_at) => core.end(CloseReason::DetachExpired),
         };
@@ -281,7 +281,7 @@ impl<W: PtyInput> Core<W> {
     }
 
     /// Sends `message` to the helper; a gone helper ends the session.
-    async fn to_helper(&mut self, message: ToHelper) -> Next {
+    async fn send_to_helper(&mut self, message: ToHelper) -> Next {
         match self.to_helper.send(message).await {
             Ok(()) => Next::Continue,
             Err(PtyGone) => self.ended(CloseReason::ProcessExited),
@@ -323,13 +323,13 @@ impl<W: PtyInput> Core<W> {
             }
             CoreCmd::Input(bytes) => {
                 self.last_input = Instant::now();
-                self.to_helper(ToHelper::Input(bytes)).await
+                self.send_to_helper(ToHelper::Input(bytes)).await
             }
             CoreCmd::Resize(size) => {
                 self.last_input = Instant::now();
-                self.to_helper(ToHelper::Resize(size)).await
+                self.send_to_helper(ToHelper::Resize(size)).await
             }
-            CoreCmd::SetSize(size) => self.to_helper(ToHelper::Resize(size)).await,
+            CoreCmd::SetSize(size) => self.send_to_helper(ToHelper::Resize(size)).await,
             CoreCmd::Timers { idle, detach } => {
                 self.idle = idle;
                 self.detach = detach;
@@ -365,7 +365,7 @@ impl<W: PtyInput> Core<W> {
     }
 
     /// One message of the helper (`None`: the session connection broke).
-    async fn from_helper(&mut self, message: Option<FromHelper>) -> Next {
+    async fn helper_message(&mut self, message: Option<FromHelper>) -> Next {
         match message {
             Some(FromHelper::Output(bytes)) => {
                 self.ring.push(&bytes);
