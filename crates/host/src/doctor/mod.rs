@@ -45,9 +45,9 @@
 //!   private modules beside it the bookkeeping of the results: `hd5` (step
 //!   2), `lists` (HD7's lists, step 3, and the profiles after them),
 //!   `requests` (the requests of step 4 and their answers), `findings` (the
-//!   codes of the last results by the rule for names), `gate` (refused start,
-//!   the gate before a PTY, what running sessions suffer) and `report` (the entries of the
-//!   report and the local output).
+//!   codes of the last results by the rule for names), `gate` (refused
+//!   start, the gate before a PTY, what running sessions suffer) and
+//!   `report` (the entries of the report and the local output).
 
 pub mod accounts;
 pub mod acl;
