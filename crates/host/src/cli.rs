@@ -9,8 +9,7 @@ use clap::{Parser, Subcommand};
 
 use crate::config::DEFAULT_CONFIG_PATH;
 
-/// The environment variable with the log filter (`tracing` directives).
-pub const LOG_FILTER_ENV: &str = "BOTHY_HOST_LOG";
+pub use crate::LOG_FILTER_ENV;
 
 /// bothy-host: the host service of bothy terminal.
 #[derive(Debug, Parser)]

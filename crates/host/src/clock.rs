@@ -1,5 +1,5 @@
 //! The host service's clock, injected like the server's (STYLE 10): the
-//! service reads the time only through [`Host::clock`](crate::service::Host)
+//! service reads the time only through [`Host::clock`](crate::host::Host)
 //! — the `iat` of its proofs, the expiry checks of message 1 (5.3), the
 //! deadlines of an opening and the replay window of token IDs — so a test can
 //! hand in a [`ManualClock`] instead of the operating system's.

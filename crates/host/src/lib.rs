@@ -35,6 +35,8 @@
 //! - [`admin`]: `bothy-host restart` and the other commands of the operator.
 //! - [`confirm`]: the local confirmation (6.4): `confirm.sock`, the peer rule,
 //!   the protocol and `bothy-host confirm-agent`.
+//! - [`host`]: the state the service's tasks share ([`host::Host`]), the gate
+//!   and the start of a PTY.
 //! - [`service`]: `bothy-host run`, the wiring of the above.
 //! - [`clock`]: the clock the service reads the time through (injected).
 //!
@@ -55,6 +57,7 @@ pub mod doctor;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod helper;
+pub mod host;
 pub mod manager;
 pub mod pair;
 pub mod seams;
@@ -65,6 +68,10 @@ pub mod supervise;
 
 /// The version of the host service, reported as `host_version` (SemVer).
 pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// The environment variable with the log filter (`tracing` directives); the
+/// command line reads it and `supervise` passes it on to what it starts.
+pub const LOG_FILTER_ENV: &str = "BOTHY_HOST_LOG";
 
 /// The exit code of a refused start (D-M2-42-14: EX_CONFIG), after which no
 /// service definition restarts the service.

@@ -10,6 +10,7 @@ use bothy_testkit as support;
 use bothy_testkit::terminal as terminal_common;
 
 use bothy_testkit::scenario as e2e_common;
+use bothy_testkit::wait::try_eventually;
 
 use std::time::Duration;
 
@@ -115,17 +116,17 @@ async fn a_host_disabled_on_node_a_is_closed_4111_on_node_b_and_its_sessions_end
     scenario.wait_log("close_code=4111").await;
     let host = scenario.host_uuid();
     let cluster = scenario.cluster.as_ref().expect("cluster");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while cluster
-        .b()
-        .state
-        .local_control_links()
-        .conn_id(host)
-        .is_some()
-    {
-        assert!(tokio::time::Instant::now() < deadline, "B still holds it");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let dropped = try_eventually(WAIT, || async {
+        cluster
+            .b()
+            .state
+            .local_control_links()
+            .conn_id(host)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(dropped.is_some(), "B still holds it");
     assert!(!scenario.server.state.control_links().is_connected(host));
 }
 
@@ -149,15 +150,21 @@ async fn tm_t15_a_side_sent_to_the_wrong_node_closes_4102_and_the_opening_ends_o
     // The device goes straight to node B (not through the edge).
     let mut ws = terminal_common::device::login(b, session_id, scenario.owner.token()).await;
     // The host's data connection reaches node C through the edge.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cluster.c().state.relay().sides(session_id).host {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the host's data connection never reached node C; host log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let reached = try_eventually(WAIT, || async {
+        cluster
+            .c()
+            .state
+            .relay()
+            .sides(session_id)
+            .host
+            .then_some(())
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "the host's data connection never reached node C; host log:\n{}",
+        scenario.log()
+    );
     assert!(b.state.relay().sides(session_id).device);
     let code = support::ws::close_code(&mut ws).await;
     assert_eq!(code, 4102, "the lone device side");
@@ -174,14 +181,11 @@ async fn tm_t15_a_side_sent_to_the_wrong_node_closes_4102_and_the_opening_ends_o
     assert_eq!(ready.status(), 200);
     // Both nodes' timers have run out by now (C's host side joined later than
     // the grant, so wait for its own deadline as well).
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while cluster.c().state.relay().sides(session_id).host {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "C keeps the lone host side"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let released = try_eventually(WAIT, || async {
+        (!cluster.c().state.relay().sides(session_id).host).then_some(())
+    })
+    .await;
+    assert!(released.is_some(), "C keeps the lone host side");
     // The lone host side on C counts once, with its side, whichever way the
     // end reached it (its own timer or B's end through C's log tail).
     assert_eq!(
@@ -252,15 +256,20 @@ async fn tm_t16_the_node_of_the_control_connection_killed_the_host_reconnects_to
         .expect("process node")
         .kill();
     let cluster = scenario.cluster.as_ref().expect("cluster");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !cluster.b().state.local_control_links().is_connected(host) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the host service did not reconnect to node B; its log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let reconnected = try_eventually(WAIT, || async {
+        cluster
+            .b()
+            .state
+            .local_control_links()
+            .is_connected(host)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        reconnected.is_some(),
+        "the host service did not reconnect to node B; its log:\n{}",
+        scenario.log()
+    );
     // A new opening served by node A reaches the host through node B.
     let mut again = scenario.open_shell().await;
     again.type_text("echo AFTER$((2+2))\n").await;

@@ -11,6 +11,7 @@
 use bothy_testkit::hosts as hosts_common;
 use bothy_testkit::identity as identity_common;
 use bothy_testkit::scenario as e2e_common;
+use bothy_testkit::wait::try_eventually;
 
 use bothy_proto::frame::TerminalSize;
 use bothy_server::clock::Clock;
@@ -249,12 +250,11 @@ async fn tm_t06_the_canary_is_neither_on_the_wire_nor_in_the_database() {
     // About 26 KB on an idle machine: the TLS handshakes of the device's
     // stream and the host's data connection, the frames, the teardown; at
     // least the two handshakes with the server's certificate must be there.
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while std::fs::metadata(&pcap).map_or(0, |m| m.len()) <= MIN_CAPTURE
-        && tokio::time::Instant::now() < deadline
-    {
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    // Not there in time: the assertion on the capture below says so.
+    let _ = try_eventually(e2e_common::WAIT, || async {
+        (std::fs::metadata(&pcap).map_or(0, |m| m.len()) > MIN_CAPTURE).then_some(())
+    })
+    .await;
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(i32::try_from(tcpdump.id()).expect("pid")),
         nix::sys::signal::Signal::SIGINT,

@@ -10,6 +10,7 @@ use bothy_testkit::hosts as hosts_common;
 use bothy_testkit::identity as identity_common;
 use bothy_testkit::scenario as e2e_common;
 use bothy_testkit::users;
+use bothy_testkit::wait::{try_eventually, try_eventually_blocking};
 
 use std::path::{Path, PathBuf};
 
@@ -775,12 +776,11 @@ fn traced_execs(trace: &Path, child: std::process::Child) -> Vec<(String, String
 fn stop_strace(mut child: std::process::Child) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::time::Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+    let ended = try_eventually_blocking(std::time::Duration::from_secs(10), || {
+        child.try_wait().ok().flatten()
+    });
+    if ended.is_some() {
+        return;
     }
     let _ = child.kill();
     let _ = child.wait();
@@ -808,32 +808,26 @@ async fn wait_periodic_run(scenario: &Scenario, user: &str) {
             .count()
     };
     let before = calls();
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
     // Two calls: the second run began after the first one ended.
-    while calls() < before + 2 {
-        assert!(tokio::time::Instant::now() < deadline, "no periodic run");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let ran = try_eventually(e2e_common::WAIT, || async {
+        (calls() >= before + 2).then_some(())
+    })
+    .await;
+    assert!(ran.is_some(), "no periodic run");
 }
 
 /// Waits until strace is attached to `pid` (its status names a tracer).
 async fn wait_traced(pid: u32) {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    loop {
+    let traced = try_eventually(e2e_common::WAIT, || async move {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-        let traced = status
+        status
             .lines()
             .find_map(|l| l.strip_prefix("TracerPid:"))
-            .is_some_and(|p| p.trim() != "0");
-        if traced {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "strace never attached"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+            .is_some_and(|p| p.trim() != "0")
+            .then_some(())
+    })
+    .await;
+    assert!(traced.is_some(), "strace never attached");
 }
 
 /// TM-T29 (c) and (g): the folder listed for A and B is missing from both
@@ -1159,26 +1153,29 @@ const PERSONAL_CLAUDE: &str = "#!/bin/sh\nstatus() { if [ -n \"$CLAUDE_CODE_OAUT
 
 /// Waits until the server stored reported profiles that `test` accepts.
 async fn wait_profiles(scenario: &Scenario, test: impl Fn(&[String]) -> bool) {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    loop {
-        let names: Vec<String> = scenario
-            .reported("reported_profiles")
-            .await
-            .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|p| p["name"].as_str().map(str::to_owned))
-            .collect();
-        if test(&names) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "profiles {names:?}; host log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let test = &test;
+    let seen = try_eventually(e2e_common::WAIT, || async move {
+        test(&reported_profile_names(scenario).await).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "profiles {:?}; host log:\n{}",
+        reported_profile_names(scenario).await,
+        scenario.log()
+    );
+}
+
+/// The names of the profiles the server stored as reported.
+async fn reported_profile_names(scenario: &Scenario) -> Vec<String> {
+    scenario
+        .reported("reported_profiles")
+        .await
+        .and_then(|t| serde_json::from_str::<Vec<Value>>(&t).ok())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// Every file (recursively) below `dir` contains no `needle`.
@@ -1211,18 +1208,19 @@ async fn tm_t25_a_personal_token_never_leaves_the_session_user() {
     let workdir = personal_host(&mut scenario).await;
     // The restart's login carries the declaration, which the service stores
     // (D-M2-42-15).
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while !std::fs::read_to_string(scenario.state_dir.join("declaration.json"))
-        .unwrap_or_default()
-        .contains("personal")
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the declaration was never stored; host log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let declaration = scenario.state_dir.join("declaration.json");
+    let stored = try_eventually(e2e_common::WAIT, || async {
+        std::fs::read_to_string(&declaration)
+            .unwrap_or_default()
+            .contains("personal")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        stored.is_some(),
+        "the declaration was never stored; host log:\n{}",
+        scenario.log()
+    );
     // The holder's token: in its login shell's startup file and in the
     // credentials file of its account.
     let user = &scenario.users[0];
@@ -1320,15 +1318,15 @@ async fn tm_t25_a_personal_token_never_leaves_the_session_user() {
 
 /// Waits until the host's log shows `count` refused starts (exit 78).
 async fn wait_refusals(scenario: &Scenario, count: usize) {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while scenario.log().matches("status=78").count() < count {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no refused start {count}; host log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let seen = try_eventually(e2e_common::WAIT, || async {
+        (scenario.log().matches("status=78").count() >= count).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "no refused start {count}; host log:\n{}",
+        scenario.log()
+    );
 }
 
 /// TM-T27 through the real server (organization): HD6 asks only
@@ -1950,16 +1948,21 @@ async fn tm_t29_j_c_links_drop_folders_only_from_the_lists_they_fail_in() {
     });
     let scenario = &host.scenario;
     scenario.wait_connected().await;
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    let (mut list_a, mut list_b) = (vec![], vec![]);
-    while tokio::time::Instant::now() < deadline {
-        list_a = reported_list(scenario, &host.a).await;
-        list_b = reported_list(scenario, &host.b).await;
-        if list_a == ["project"] {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    let lists = || async {
+        (
+            reported_list(scenario, &host.a).await,
+            reported_list(scenario, &host.b).await,
+        )
+    };
+    let settled = try_eventually(e2e_common::WAIT, || async {
+        let (list_a, list_b) = lists().await;
+        (list_a == ["project"]).then_some((list_a, list_b))
+    })
+    .await;
+    let (list_a, list_b) = match settled {
+        Some(lists) => lists,
+        None => lists().await,
+    };
     assert_eq!(list_a, ["project"], "host log:\n{}", scenario.log());
     assert_eq!(list_b, ["bp1", "bp2"], "host log:\n{}", scenario.log());
     let entries = scenario.reported_doctor().await;

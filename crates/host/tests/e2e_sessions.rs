@@ -17,6 +17,7 @@ use bothy_proto::frame::{Frame, TerminalSize};
 use bothy_proto::jws::{Att, Ed25519SigningKey, TerminalSessionClaims, ephemeral_key_hash};
 use bothy_server::db::Engine;
 use bothy_testkit::eventually;
+use bothy_testkit::wait::try_eventually;
 use e2e_common::{DeviceSession, Options, Scenario, refused, revoked, start_background};
 use hosts_common::{Person, invited_person};
 use identity_common::post_empty;
@@ -772,32 +773,38 @@ fn helper_subtree(scenario: &Scenario, index: usize) -> std::path::PathBuf {
 /// Waits until, for every (argument, cgroup suffix), a `sleep <argument>` of
 /// session user `index` runs in a cgroup ending with the suffix; their PIDs.
 async fn wait_escaped(scenario: &Scenario, index: usize, wanted: &[(&str, &str)]) -> Vec<u32> {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    loop {
-        let mut found = Vec::new();
-        for (argument, suffix) in wanted {
-            for pid in scenario.session_processes(index) {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let cgroup =
-                    std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
-                if cmdline == format!("sleep\0{argument}\0").as_bytes()
-                    && cgroup
-                        .lines()
-                        .any(|l| l.starts_with("0::") && l.ends_with(suffix))
-                {
-                    found.push(pid);
-                }
+    let all = try_eventually(e2e_common::WAIT, || async {
+        let found = escaped(scenario, index, wanted);
+        (found.len() == wanted.len()).then_some(found)
+    })
+    .await;
+    match all {
+        Some(found) => found,
+        None => panic!(
+            "the processes never left the session's cgroup: {:?}",
+            escaped(scenario, index, wanted)
+        ),
+    }
+}
+
+/// The PIDs of the `sleep <argument>` of session user `index` that run in a
+/// cgroup ending with the suffix, per (argument, cgroup suffix) of `wanted`.
+fn escaped(scenario: &Scenario, index: usize, wanted: &[(&str, &str)]) -> Vec<u32> {
+    let mut found = Vec::new();
+    for (argument, suffix) in wanted {
+        for pid in scenario.session_processes(index) {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+            if cmdline == format!("sleep\0{argument}\0").as_bytes()
+                && cgroup
+                    .lines()
+                    .any(|l| l.starts_with("0::") && l.ends_with(suffix))
+            {
+                found.push(pid);
             }
         }
-        if found.len() == wanted.len() {
-            return found;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the processes never left the session's cgroup: {found:?}"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
+    found
 }
 
 /// TM-T22: a session cannot read the state directory or the key file.

@@ -9,6 +9,7 @@
 
 use bothy_testkit::scenario as e2e_common;
 use bothy_testkit::users;
+use bothy_testkit::wait::try_eventually;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -175,15 +176,15 @@ impl Agent {
     }
 
     async fn wait_log(&self, needle: &str) {
-        let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-        while !self.log().contains(needle) {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{needle} never appeared in the agent's log:\n{}",
-                self.log()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let seen = try_eventually(e2e_common::WAIT, || async {
+            self.log().contains(needle).then_some(())
+        })
+        .await;
+        assert!(
+            seen.is_some(),
+            "{needle} never appeared in the agent's log:\n{}",
+            self.log()
+        );
     }
 }
 
@@ -220,15 +221,15 @@ fn log_lines(scenario: &Scenario, needles: &[&str]) -> usize {
 /// Waits (bounded) until at least `count` lines of the host's log contain
 /// every one of `needles`.
 async fn wait_lines(scenario: &Scenario, needles: &[&str], count: usize) {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while log_lines(scenario, needles) < count {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "fewer than {count} lines with {needles:?} in the host log:\n{}",
-            scenario.log()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let seen = try_eventually(e2e_common::WAIT, || async {
+        (log_lines(scenario, needles) >= count).then_some(())
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "fewer than {count} lines with {needles:?} in the host log:\n{}",
+        scenario.log()
+    );
 }
 
 /// Whether `uid` runs a `sleep 1000` (the never-answering dialog).
@@ -240,14 +241,11 @@ fn runs_dialog(uid: u32) -> bool {
 }
 
 async fn wait_no_dialog(uid: u32) {
-    let deadline = tokio::time::Instant::now() + e2e_common::WAIT;
-    while runs_dialog(uid) {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the dialog still runs"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let gone = try_eventually(e2e_common::WAIT, || async {
+        (!runs_dialog(uid)).then_some(())
+    })
+    .await;
+    assert!(gone.is_some(), "the dialog still runs");
 }
 
 /// An opening whose confirmation is denied: the device gets 4100 with

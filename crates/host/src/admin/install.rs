@@ -203,13 +203,64 @@ pub(super) fn as_root(
     }
 }
 
+/// The steps of the module docs, in their order; each stops the run with its
+/// [`Failure`].
 fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> Result<(), Failure> {
     let config_path = std::path::absolute(config_path)
         .map_err(|e| failed(format!("the configuration path cannot be used: {e}")))?;
     // 1. The configuration: read, or a skeleton to write.
-    let (config, skeleton_text) = match fs::symlink_metadata(&config_path) {
+    let (config, skeleton_text) = read_or_draft_config(&config_path, options)?;
+    let h = &config.host_service;
+    // 2. Checks before any change.
+    check_names(h)?;
+    check_existing_accounts(h)?;
+    check_state_dir(h)?;
+    let binary = own_binary().map_err(failed)?;
+    check_unit_paths(&binary, &config_path, h)?;
+    let unit_dir = UnitDir::new(&options.unit_dir);
+    refuse_forbidden_drop_ins(&unit_dir).map_err(failed)?;
+    if !root_only(&binary) {
+        steps.note(&format!(
+            "{} or a folder above it is not root's or is writable by group or others: HD10 refuses the start until the binary lies in a folder like /usr/local/bin (then run install from there)",
+            binary.display()
+        ));
+    }
+    // 3. The configuration skeleton.
+    write_skeleton(&config_path, skeleton_text.as_deref(), steps)?;
+    if h.session_users.is_empty() {
+        steps.note(
+            "host_service.session_users is empty: the doctor refuses the start (HD1) until one is added with bothy-host session-user add NAME",
+        );
+    }
+    // 4. Accounts.
+    let service = ensure_accounts(h, steps)?;
+    // 5. The state directory.
+    make_state_dir(h, &service, steps)?;
+    // 6. Units.
+    let group = crate::doctor::accounts::group_name(service.gid)
+        .ok_or_else(|| failed("the primary group of the service user has no name".to_owned()))?;
+    let inputs = UnitInputs {
+        binary,
+        config: config_path.clone(),
+        service_user: h.service_user.clone(),
+        service_group: group,
+    };
+    let systemd = systemd_manages(&unit_dir);
+    let units_changed = write_units(&unit_dir, &inputs, h, systemd, steps)?;
+    // 7. The service manager.
+    tell_service_manager(&unit_dir, h, systemd, units_changed, steps)
+}
+
+/// Step 1: the configuration at `config_path` when it exists (it must agree
+/// with the command line), else the skeleton from the command line and its
+/// text to write.
+fn read_or_draft_config(
+    config_path: &Path,
+    options: &InstallOptions,
+) -> Result<(Config, Option<String>), Failure> {
+    match fs::symlink_metadata(config_path) {
         Ok(_) => {
-            let config = Config::load(&config_path).map_err(|e| {
+            let config = Config::load(config_path).map_err(|e| {
                 (
                     crate::EXIT_REFUSED_START,
                     format!("config_invalid: {e}; install changes nothing"),
@@ -240,7 +291,7 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
                     config_path.display()
                 )));
             }
-            (config, None)
+            Ok((config, None))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let defaults = HostServiceConfig::default();
@@ -258,18 +309,18 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
             let text = skeleton(&service_user, &state_dir, &options.session_users);
             let config = Config::from_yaml_str(&text)
                 .map_err(|e| failed(format!("the skeleton would be invalid: {e}")))?;
-            (config, Some(text))
+            Ok((config, Some(text)))
         }
-        Err(e) => {
-            return Err(failed(format!(
-                "{} cannot be read: {e}",
-                config_path.display()
-            )));
-        }
-    };
-    let h = &config.host_service;
+        Err(e) => Err(failed(format!(
+            "{} cannot be read: {e}",
+            config_path.display()
+        ))),
+    }
+}
 
-    // 2. Checks before any change.
+/// Step 2, the names (HD1): each valid, no session user is the service user,
+/// none twice without regard to case.
+fn check_names(h: &HostServiceConfig) -> Result<(), Failure> {
     accounts::check_name(&h.service_user).map_err(failed)?;
     let mut seen: Vec<&str> = Vec::new();
     for name in &h.session_users {
@@ -286,6 +337,12 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
         }
         seen.push(name);
     }
+    Ok(())
+}
+
+/// Step 2, the accounts that exist already: no user ID 0, no forbidden
+/// groups (HD2).
+fn check_existing_accounts(h: &HostServiceConfig) -> Result<(), Failure> {
     for name in std::iter::once(&h.service_user).chain(&h.session_users) {
         if let Some(entry) = UserEntry::lookup(name)
             .map_err(|e| failed(format!("the user database cannot be read: {e}")))?
@@ -293,62 +350,68 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
             accounts::check_existing(&entry, &h.extra_forbidden_groups).map_err(failed)?;
         }
     }
+    Ok(())
+}
+
+/// Step 2, an existing state directory: a folder of the service user.
+fn check_state_dir(h: &HostServiceConfig) -> Result<(), Failure> {
     let service_uid = UserEntry::lookup(&h.service_user)
         .ok()
         .flatten()
         .map(|e| e.uid);
     match fs::symlink_metadata(&h.state_dir) {
-        Ok(m) if !m.is_dir() => {
-            return Err(failed(format!(
-                "the state directory {} is not a folder (a link is refused)",
-                h.state_dir.display()
-            )));
-        }
-        Ok(m) if Some(m.uid()) != service_uid => {
-            return Err(failed(format!(
-                "the state directory {} exists and does not belong to the service user {}; install does not take over a folder of another account",
-                h.state_dir.display(),
-                h.service_user
-            )));
-        }
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => {
-            return Err(failed(format!(
-                "the state directory {} cannot be read: {e}",
-                h.state_dir.display()
-            )));
-        }
+        Ok(m) if !m.is_dir() => Err(failed(format!(
+            "the state directory {} is not a folder (a link is refused)",
+            h.state_dir.display()
+        ))),
+        Ok(m) if Some(m.uid()) != service_uid => Err(failed(format!(
+            "the state directory {} exists and does not belong to the service user {}; install does not take over a folder of another account",
+            h.state_dir.display(),
+            h.service_user
+        ))),
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(failed(format!(
+            "the state directory {} cannot be read: {e}",
+            h.state_dir.display()
+        ))),
     }
-    let binary = own_binary().map_err(failed)?;
+}
+
+/// Step 2, the paths the units name: each one a unit file carries unquoted.
+fn check_unit_paths(
+    binary: &Path,
+    config_path: &Path,
+    h: &HostServiceConfig,
+) -> Result<(), Failure> {
     for (what, path) in [
-        ("the binary", binary.clone()),
-        ("the configuration file", config_path.clone()),
-        ("host_service.runtime_dir", h.runtime_dir.clone()),
+        ("the binary", binary),
+        ("the configuration file", config_path),
+        ("host_service.runtime_dir", h.runtime_dir.as_path()),
     ] {
-        if !units::unit_safe_path(&path) {
+        if !units::unit_safe_path(path) {
             return Err(failed(format!(
                 "{what} {} has characters a unit file cannot carry unquoted (only letters, digits and / . _ - + @)",
                 path.display()
             )));
         }
     }
-    let unit_dir = UnitDir::new(&options.unit_dir);
-    refuse_forbidden_drop_ins(&unit_dir).map_err(failed)?;
-    if !root_only(&binary) {
-        steps.note(&format!(
-            "{} or a folder above it is not root's or is writable by group or others: HD10 refuses the start until the binary lies in a folder like /usr/local/bin (then run install from there)",
-            binary.display()
-        ));
-    }
+    Ok(())
+}
 
-    // 3. The configuration skeleton.
-    if let Some(text) = &skeleton_text {
+/// Step 3: writes the skeleton when there is one; an existing file is never
+/// overwritten.
+fn write_skeleton(
+    config_path: &Path,
+    skeleton_text: Option<&str>,
+    steps: &mut Steps,
+) -> Result<(), Failure> {
+    if let Some(text) = skeleton_text {
         if let Some(folder) = config_path.parent() {
             units::root_folder(folder)
                 .map_err(|e| failed(format!("{} cannot be created: {e}", folder.display())))?;
         }
-        let change = units::write_root_file(&config_path, text.as_bytes(), 0o644)
+        let change = units::write_root_file(config_path, text.as_bytes(), 0o644)
             .map_err(|e| failed(format!("{} cannot be written: {e}", config_path.display())))?;
         steps.record(change, &format!("configuration {}", config_path.display()));
     } else {
@@ -360,14 +423,11 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
             ),
         );
     }
+    Ok(())
+}
 
-    if h.session_users.is_empty() {
-        steps.note(
-            "host_service.session_users is empty: the doctor refuses the start (HD1) until one is added with bothy-host session-user add NAME",
-        );
-    }
-
-    // 4. Accounts.
+/// Step 4: the service user and every session user; the service user's entry.
+fn ensure_accounts(h: &HostServiceConfig, steps: &mut Steps) -> Result<UserEntry, Failure> {
     let (service, change) =
         accounts::ensure_service_user(&h.service_user, &h.state_dir, &h.extra_forbidden_groups)
             .map_err(failed)?;
@@ -382,9 +442,16 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
             ));
         }
     }
+    Ok(service)
+}
 
-    // 5. The state directory.
-    let change = state_dir(&h.state_dir, &service).map_err(|e| {
+/// Step 5: the state directory, mode 0700, the service user's.
+fn make_state_dir(
+    h: &HostServiceConfig,
+    service: &UserEntry,
+    steps: &mut Steps,
+) -> Result<(), Failure> {
+    let change = state_dir(&h.state_dir, service).map_err(|e| {
         failed(format!(
             "the state directory {} cannot be made: {e}",
             h.state_dir.display()
@@ -398,17 +465,18 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
             h.service_user
         ),
     );
+    Ok(())
+}
 
-    // 6. Units.
-    let group = crate::doctor::accounts::group_name(service.gid)
-        .ok_or_else(|| failed("the primary group of the service user has no name".to_owned()))?;
-    let inputs = UnitInputs {
-        binary,
-        config: config_path.clone(),
-        service_user: h.service_user.clone(),
-        service_group: group,
-    };
-    let systemd = systemd_manages(&unit_dir);
+/// Step 6: the helper units of stale names removed, those of every session
+/// user and the service's unit written and enabled; whether a unit changed.
+fn write_units(
+    unit_dir: &UnitDir,
+    inputs: &UnitInputs,
+    h: &HostServiceConfig,
+    systemd: bool,
+    steps: &mut Steps,
+) -> Result<bool, Failure> {
     unit_dir.ensure().map_err(|e| {
         failed(format!(
             "{} cannot be created: {e}",
@@ -423,13 +491,13 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
         .filter(|u| !h.session_users.contains(u))
         .collect();
     for user in &stale {
-        units_changed |= remove_helper_units(&unit_dir, user, systemd, steps).map_err(failed)?;
+        units_changed |= remove_helper_units(unit_dir, user, systemd, steps).map_err(failed)?;
     }
     for user in &h.session_users {
-        units_changed |= write_helper_units(&unit_dir, &inputs, h, user, steps).map_err(failed)?;
+        units_changed |= write_helper_units(unit_dir, inputs, h, user, steps).map_err(failed)?;
     }
     let change = unit_dir
-        .write(units::SERVICE_UNIT, &units::service_unit(&inputs))
+        .write(units::SERVICE_UNIT, &units::service_unit(inputs))
         .map_err(|e| failed(format!("{}: {e}", units::SERVICE_UNIT)))?;
     units_changed |= change.changed();
     steps.record(
@@ -448,8 +516,18 @@ fn install(config_path: &Path, options: &InstallOptions, steps: &mut Steps) -> R
         change,
         &format!("link multi-user.target.wants/{}", units::SERVICE_UNIT),
     );
+    Ok(units_changed)
+}
 
-    // 7. The service manager.
+/// Step 7: with systemd, reload when a unit changed and start every helper
+/// socket; without, say what runs the same binaries.
+fn tell_service_manager(
+    unit_dir: &UnitDir,
+    h: &HostServiceConfig,
+    systemd: bool,
+    units_changed: bool,
+    steps: &mut Steps,
+) -> Result<(), Failure> {
     if systemd {
         if units_changed {
             systemctl(&["daemon-reload"]).map_err(failed)?;

@@ -8,10 +8,12 @@
 //! - [`accounts`]: making accounts, their groups (HD2), closing homes.
 //! - [`config_edit`]: the edits of `host_service.session_users` and
 //!   `claude_workdirs` that keep the rest of the file.
-//! - [`restart`], [`endpoint`]: `bothy-host restart`, `admin.sock`.
+//! - [`restart`], [`endpoint`]: `bothy-host restart`, `admin.sock`;
+//!   [`doctor_answer`]: the answer to a doctor request on it.
 
 pub mod accounts;
 pub mod config_edit;
+pub mod doctor_answer;
 pub mod endpoint;
 pub mod install;
 pub mod restart;

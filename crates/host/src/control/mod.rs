@@ -15,10 +15,13 @@
 //!
 //! # Layout
 //! - [`backoff`]: the delays.
+//! - [`outbox`]: [`ControlHandle`], the way of the sessions' reports to the
+//!   server, which the service's [`Host`] holds.
 
 pub mod backoff;
+pub mod outbox;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bothy_net::ServerSocket;
@@ -27,16 +30,16 @@ use bothy_proto::control::{Heartbeat, HostMessage, Identify, Ready, ServerMessag
 use bothy_proto::jws::HostAuthClaims;
 use bothy_proto::report::Report;
 use futures_util::{SinkExt, StreamExt};
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode as WsCloseCode;
 
 use self::backoff::{Backoff, retry_after};
+pub use self::outbox::ControlHandle;
 use crate::EXIT_REFUSED_START;
-use crate::service::Host;
-use crate::sessions::Reporter;
+use crate::host::Host;
 
 /// The path of the control connection.
 pub const CONNECT_PATH: &str = "/api/v1/hosts/connect";
@@ -49,73 +52,6 @@ const MAX_MESSAGE: usize = 1 << 20;
 
 /// How long the host waits for `hello` and `ready`.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The way of the sessions' reports to the server: the outbox of the current
-/// connection, or a queue for the next login while it is down.
-#[derive(Debug, Default)]
-pub struct ControlHandle {
-    inner: Mutex<Outbox>,
-    report_needed: Notify,
-}
-
-#[derive(Debug, Default)]
-struct Outbox {
-    current: Option<mpsc::UnboundedSender<HostMessage>>,
-    pending: Vec<HostMessage>,
-}
-
-impl ControlHandle {
-    /// Asks the connection to send a fresh `report` (the doctor's result changed).
-    pub fn request_report(&self) {
-        self.report_needed.notify_one();
-    }
-
-    /// The sessions of reports not sent yet (named in `live_sessions`: "whose
-    /// end it could not yet report", 6.2).
-    pub fn unreported_sessions(&self) -> Vec<uuid::Uuid> {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner
-            .pending
-            .iter()
-            .filter_map(|m| match m {
-                HostMessage::SessionEnded(e) => Some(e.session_id),
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn attach(&self) -> (mpsc::UnboundedReceiver<HostMessage>, Vec<HostMessage>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.current = Some(tx);
-        (rx, std::mem::take(&mut inner.pending))
-    }
-
-    /// The connection is gone: whatever it had not written goes back to the queue.
-    fn detach(&self, mut rx: mpsc::UnboundedReceiver<HostMessage>, unsent: Vec<HostMessage>) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        inner.current = None;
-        let mut queued = unsent;
-        while let Ok(message) = rx.try_recv() {
-            queued.push(message);
-        }
-        queued.append(&mut inner.pending);
-        inner.pending = queued;
-    }
-}
-
-impl Reporter for ControlHandle {
-    fn report(&self, message: HostMessage) {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(current) = inner.current.as_ref() {
-            if let Err(mpsc::error::SendError(message)) = current.send(message) {
-                inner.pending.push(message);
-            }
-        } else {
-            inner.pending.push(message);
-        }
-    }
-}
 
 /// How one connection ended.
 #[derive(Debug)]

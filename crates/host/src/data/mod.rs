@@ -36,7 +36,7 @@ use uuid::Uuid;
 
 use self::checks::{Accepted, CheckContext, check_message1, write_message2};
 use crate::confirm::protocol::Kind as ConfirmKind;
-use crate::service::Host;
+use crate::host::Host;
 use crate::sessions::core::{self, CoreSettings};
 use crate::sessions::{CoreCmd, OutFrame, PtyHandle};
 

@@ -12,6 +12,18 @@ use nix::unistd::{Gid, Group, User};
 
 use super::terms::Account;
 
+/// The fixed forbidden groups of HD2.
+pub const FORBIDDEN_GROUPS: [&str; 8] = [
+    "admin",
+    "sudo",
+    "wheel",
+    "Administrators",
+    "docker",
+    "lxd",
+    "libvirt",
+    "disk",
+];
+
 /// Longest session user name (the limit of Linux `useradd`; the report's
 /// `os_user_max_chars` default).
 pub const MAX_NAME_CHARS: usize = 32;
@@ -85,10 +97,7 @@ impl UserEntry {
             .groups()?
             .into_iter()
             .filter_map(group_name)
-            .filter(|g| {
-                super::service_side::FORBIDDEN_GROUPS.contains(&g.as_str())
-                    || extra.iter().any(|e| e == g)
-            })
+            .filter(|g| FORBIDDEN_GROUPS.contains(&g.as_str()) || extra.iter().any(|e| e == g))
             .collect();
         out.sort();
         out.dedup();

@@ -149,8 +149,8 @@ pub fn command(config_path: &Path) -> i32 {
 /// returns the exit code; `None` when no service answers, and the command
 /// checks by itself.
 pub fn through_running_service(config: &HostServiceConfig) -> Option<i32> {
-    let answer = crate::admin::endpoint::ask_doctor(&config.state_dir)?;
-    Some(crate::admin::endpoint::print_answer(&answer))
+    let answer = crate::admin::doctor_answer::ask_doctor(&config.state_dir)?;
+    Some(crate::admin::doctor_answer::print_answer(&answer))
 }
 
 /// Why a probe could not become its user.

@@ -20,17 +20,7 @@ use super::wire::{self, CheckAnswer, CheckRequest, RequestKind};
 use crate::config::HostServiceConfig;
 use bothy_proto::report::ProfileKind;
 
-/// The fixed forbidden groups of HD2.
-pub const FORBIDDEN_GROUPS: [&str; 8] = [
-    "admin",
-    "sudo",
-    "wheel",
-    "Administrators",
-    "docker",
-    "lxd",
-    "libvirt",
-    "disk",
-];
+pub use super::accounts::FORBIDDEN_GROUPS;
 
 /// Names that are root-level accounts (HD1 `privileged_user`), compared
 /// without case; any account with user ID 0 counts too.

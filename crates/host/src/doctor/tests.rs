@@ -14,6 +14,9 @@ use super::wire::{
 };
 use super::*;
 use crate::config::{Profile, UserWorkdirs, Workdir};
+use bothy_proto::codes::CloseDetail;
+use bothy_proto::doctor::{Check, DoctorEntry};
+use bothy_proto::report::ProfileKind;
 
 #[test]
 fn urls() {

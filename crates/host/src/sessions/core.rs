@@ -177,176 +177,261 @@ pub async fn run<R: PtyOutput, W: PtyInput>(
 ) {
     let PtyIo {
         mut from_helper,
-        mut to_helper,
+        to_helper,
     } = pty;
     let session_id = settings.session_id;
-    let mut idle = settings.idle;
-    let mut detach = settings.detach;
-    let mut ring = Scrollback::new(settings.scrollback_bytes);
-    let mut since_start: Option<SinceStart> = None;
-    let mut sink: Option<mpsc::Sender<OutFrame>> = None;
-    let mut sink_link: u64 = 0;
-    let mut queue: VecDeque<OutFrame> = VecDeque::new();
-    let mut last_input = Instant::now();
-    // A PTY starts with its device attached; until `Live` it counts as detached.
-    let mut detached_since: Option<Instant> = Some(Instant::now());
-
+    let mut core = Core::new(settings, to_helper);
     let report = loop {
-        let idle_at = last_input + idle;
-        let detach_at = detached_since.map(|since| since + detach);
-        let sending = sink.is_some() && !queue.is_empty();
+        let idle_at = core.last_input + core.idle;
+        let detach_at = core.detached_since.map(|since| since + core.detach);
+        let sending = core.sending();
         // An owned reservation on a clone, so the branches below may replace
         // the sink while this future waits.
-        let sink_clone = if sending { sink.clone() } else { None };
-        let reserve = async move {
-            match sink_clone {
-                Some(sender) => sender.reserve_owned().await.map_err(|_| ()),
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
+        let reserve = reserve(if sending { core.sink.clone() } else { None });
+        let next = tokio::select! {
             biased;
-            command = commands.recv() => {
-                let Some(command) = command else {
-                    break None;
-                };
-                match command {
-                    CoreCmd::Snapshot(reply) => {
-                        sink = None;
-                        queue.clear();
-                        let _ = reply.send(ring.replay());
-                        since_start = Some(SinceStart::new(settings.scrollback_bytes));
-                    }
-                    CoreCmd::Live(link, new_sink) => {
-                        sink_link = link;
-                        queue.clear();
-                        if let Some(collected) = since_start.take() {
-                            let bytes = collected.into_bytes();
-                            for chunk in bytes.chunks(MAX_DATA_LEN) {
-                                queue.push_back(OutFrame::Data(chunk.to_vec()));
-                            }
-                        }
-                        sink = Some(new_sink);
-                        detached_since = None;
-                    }
-                    CoreCmd::Detached(link) => {
-                        if link != sink_link {
-                            continue;
-                        }
-                        sink = None;
-                        queue.clear();
-                        since_start = None;
-                        if detached_since.is_none() {
-                            detached_since = Some(Instant::now());
-                        }
-                    }
-                    CoreCmd::Input(bytes) => {
-                        last_input = Instant::now();
-                        if to_helper.send(ToHelper::Input(bytes)).await.is_err() {
-                            break Some(ended(session_id, CloseReason::ProcessExited, None, None));
-                        }
-                    }
-                    CoreCmd::Resize(size) => {
-                        last_input = Instant::now();
-                        if to_helper.send(ToHelper::Resize(size)).await.is_err() {
-                            break Some(ended(session_id, CloseReason::ProcessExited, None, None));
-                        }
-                    }
-                    CoreCmd::SetSize(size) => {
-                        if to_helper.send(ToHelper::Resize(size)).await.is_err() {
-                            break Some(ended(session_id, CloseReason::ProcessExited, None, None));
-                        }
-                    }
-                    CoreCmd::Timers { idle: i, detach: d } => {
-                        idle = i;
-                        detach = d;
-                    }
-                    CoreCmd::End(reason, detail) => {
-                        to_helper.end_now();
-                        break Some(ended(session_id, reason, detail, None));
-                    }
-                    CoreCmd::Kill => {
-                        to_helper.end_now();
-                        break None;
-                    }
-                }
-            }
-            permit = reserve, if sending => {
-                match permit {
-                    Ok(permit) => {
-                        if let Some(frame) = queue.pop_front() {
-                            permit.send(frame);
-                        }
-                    }
-                    Err(_) => {
-                        // The data connection's writer is gone: detached.
-                        sink = None;
-                        queue.clear();
-                        detached_since = Some(Instant::now());
-                    }
-                }
-            }
-            message = from_helper.recv(), if !sending => {
-                match message {
-                    Some(FromHelper::Output(bytes)) => {
-                        ring.push(&bytes);
-                        if let Some(collected) = since_start.as_mut() {
-                            collected.push(&bytes);
-                        } else if sink.is_some() {
-                            queue.push_back(OutFrame::Data(bytes));
-                        }
-                    }
-                    Some(FromHelper::Exited(code)) => {
-                        if let (Some(sink), Some(code)) = (sink.as_ref(), code) {
-                            queue.push_back(OutFrame::Exit(code));
-                            let written = FlushAck::default();
-                            queue.push_back(OutFrame::Flushed(written.clone()));
-                            // The exit frame is on the data connection's socket
-                            // before the end goes out on the control connection
-                            // (5.4: exit, then session.ended).
-                            let flush = async {
-                                while let Some(frame) = queue.pop_front() {
-                                    if sink.send(frame).await.is_err() {
-                                        return;
-                                    }
-                                }
-                                written.wait().await;
-                            };
-                            let _ = tokio::time::timeout(EXIT_FLUSH_LIMIT, flush).await;
-                        }
-                        break Some(ended(session_id, CloseReason::ProcessExited, None, code));
-                    }
-                    // The session connection to the helper broke: the helper ends
-                    // the tree; process_exited without an exit code (D-M2-45-16).
-                    None => {
-                        break Some(ended(session_id, CloseReason::ProcessExited, None, None));
-                    }
-                    Some(other) => {
-                        tracing::warn!(message = ?message_kind(&other), "unexpected message from the helper; the session ends");
-                        to_helper.end_now();
-                        break Some(ended(session_id, CloseReason::ProcessExited, None, None));
-                    }
-                }
-            }
-            () = tokio::time::sleep_until(idle_at) => {
-                to_helper.end_now();
-                break Some(ended(session_id, CloseReason::IdleTimeout, None, None));
-            }
-            () = async {
-                match detach_at {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                to_helper.end_now();
-                break Some(ended(session_id, CloseReason::DetachExpired, None, None));
-            }
+            command = commands.recv() => match command {
+                Some(command) => core.command(command).await,
+                None => Next::End(None),
+            },
+            permit = reserve, if sending => core.send_queued(permit),
+            message = from_helper.recv(), if !sending => core.helper_message(message).await,
+            () = tokio::time::sleep_until(idle_at) => core.end(CloseReason::IdleTimeout),
+            () = sleep_until_some(detach_at) => core.end(CloseReason::DetachExpired),
+        };
+        if let Next::End(report) = next {
+            break report;
         }
     };
     // Dropping the sender closes the session connection: the helper ends the
     // tree even if `End` did not arrive.
-    drop(to_helper);
+    drop(core.to_helper);
     sessions.pty_ended(session_id, report);
+}
+
+/// What one turn of the core's loop decides.
+enum Next {
+    /// The session goes on.
+    Continue,
+    /// The session is over; the end to report, if any.
+    End(Option<SessionEnded>),
+}
+
+/// The state of one PTY's core between turns of its loop.
+struct Core<W> {
+    session_id: Uuid,
+    scrollback_bytes: usize,
+    idle: Duration,
+    detach: Duration,
+    ring: Scrollback,
+    /// Output since the snapshot, until the device is live.
+    since_start: Option<SinceStart>,
+    /// The attached device's way out, and the link it came on.
+    sink: Option<mpsc::Sender<OutFrame>>,
+    sink_link: u64,
+    /// Frames waiting for room toward the device.
+    queue: VecDeque<OutFrame>,
+    last_input: Instant,
+    /// `None` while a device is attached.
+    detached_since: Option<Instant>,
+    to_helper: W,
+}
+
+impl<W: PtyInput> Core<W> {
+    fn new(settings: CoreSettings, to_helper: W) -> Core<W> {
+        Core {
+            session_id: settings.session_id,
+            scrollback_bytes: settings.scrollback_bytes,
+            idle: settings.idle,
+            detach: settings.detach,
+            ring: Scrollback::new(settings.scrollback_bytes),
+            since_start: None,
+            sink: None,
+            sink_link: 0,
+            queue: VecDeque::new(),
+            last_input: Instant::now(),
+            // A PTY starts with its device attached; until `Live` it counts
+            // as detached.
+            detached_since: Some(Instant::now()),
+            to_helper,
+        }
+    }
+
+    /// Whether output waits for room toward the device (then the core stops
+    /// reading the helper: backpressure).
+    fn sending(&self) -> bool {
+        self.sink.is_some() && !self.queue.is_empty()
+    }
+
+    /// The end of the session for `reason`, without detail or exit code.
+    fn ended(&self, reason: CloseReason) -> Next {
+        Next::End(Some(ended(self.session_id, reason, None, None)))
+    }
+
+    /// The helper is told to end the tree now, and the session ends for `reason`.
+    fn end(&mut self, reason: CloseReason) -> Next {
+        self.to_helper.end_now();
+        self.ended(reason)
+    }
+
+    /// Forgets the device: no sink, nothing queued.
+    fn drop_sink(&mut self) {
+        self.sink = None;
+        self.queue.clear();
+    }
+
+    /// Sends `message` to the helper; a gone helper ends the session.
+    async fn send_to_helper(&mut self, message: ToHelper) -> Next {
+        match self.to_helper.send(message).await {
+            Ok(()) => Next::Continue,
+            Err(PtyGone) => self.ended(CloseReason::ProcessExited),
+        }
+    }
+
+    /// One command of the service.
+    async fn command(&mut self, command: CoreCmd) -> Next {
+        match command {
+            CoreCmd::Snapshot(reply) => {
+                self.drop_sink();
+                let _ = reply.send(self.ring.replay());
+                self.since_start = Some(SinceStart::new(self.scrollback_bytes));
+                Next::Continue
+            }
+            CoreCmd::Live(link, new_sink) => {
+                self.sink_link = link;
+                self.queue.clear();
+                if let Some(collected) = self.since_start.take() {
+                    let bytes = collected.into_bytes();
+                    for chunk in bytes.chunks(MAX_DATA_LEN) {
+                        self.queue.push_back(OutFrame::Data(chunk.to_vec()));
+                    }
+                }
+                self.sink = Some(new_sink);
+                self.detached_since = None;
+                Next::Continue
+            }
+            CoreCmd::Detached(link) => {
+                if link != self.sink_link {
+                    return Next::Continue;
+                }
+                self.drop_sink();
+                self.since_start = None;
+                if self.detached_since.is_none() {
+                    self.detached_since = Some(Instant::now());
+                }
+                Next::Continue
+            }
+            CoreCmd::Input(bytes) => {
+                self.last_input = Instant::now();
+                self.send_to_helper(ToHelper::Input(bytes)).await
+            }
+            CoreCmd::Resize(size) => {
+                self.last_input = Instant::now();
+                self.send_to_helper(ToHelper::Resize(size)).await
+            }
+            CoreCmd::SetSize(size) => self.send_to_helper(ToHelper::Resize(size)).await,
+            CoreCmd::Timers { idle, detach } => {
+                self.idle = idle;
+                self.detach = detach;
+                Next::Continue
+            }
+            CoreCmd::End(reason, detail) => {
+                self.to_helper.end_now();
+                Next::End(Some(ended(self.session_id, reason, detail, None)))
+            }
+            CoreCmd::Kill => {
+                self.to_helper.end_now();
+                Next::End(None)
+            }
+        }
+    }
+
+    /// Room toward the device: the next queued frame goes out; a gone writer
+    /// of the data connection means detached.
+    fn send_queued(&mut self, permit: Result<mpsc::OwnedPermit<OutFrame>, ()>) -> Next {
+        match permit {
+            Ok(permit) => {
+                if let Some(frame) = self.queue.pop_front() {
+                    permit.send(frame);
+                }
+            }
+            Err(()) => {
+                // The data connection's writer is gone: detached.
+                self.drop_sink();
+                self.detached_since = Some(Instant::now());
+            }
+        }
+        Next::Continue
+    }
+
+    /// One message of the helper (`None`: the session connection broke).
+    async fn helper_message(&mut self, message: Option<FromHelper>) -> Next {
+        match message {
+            Some(FromHelper::Output(bytes)) => {
+                self.ring.push(&bytes);
+                if let Some(collected) = self.since_start.as_mut() {
+                    collected.push(&bytes);
+                } else if self.sink.is_some() {
+                    self.queue.push_back(OutFrame::Data(bytes));
+                }
+                Next::Continue
+            }
+            Some(FromHelper::Exited(code)) => {
+                self.flush_exit(code).await;
+                Next::End(Some(ended(
+                    self.session_id,
+                    CloseReason::ProcessExited,
+                    None,
+                    code,
+                )))
+            }
+            // The session connection to the helper broke: the helper ends the
+            // tree; process_exited without an exit code (D-M2-45-16).
+            None => self.ended(CloseReason::ProcessExited),
+            Some(other) => {
+                tracing::warn!(message = ?message_kind(&other), "unexpected message from the helper; the session ends");
+                self.end(CloseReason::ProcessExited)
+            }
+        }
+    }
+
+    /// With a device attached and an exit code, the exit frame is on the data
+    /// connection's socket before the end goes out on the control connection
+    /// (5.4: exit, then session.ended), waiting at most [`EXIT_FLUSH_LIMIT`].
+    async fn flush_exit(&mut self, code: Option<i32>) {
+        let (Some(sink), Some(code)) = (self.sink.as_ref(), code) else {
+            return;
+        };
+        let queue = &mut self.queue;
+        queue.push_back(OutFrame::Exit(code));
+        let written = FlushAck::default();
+        queue.push_back(OutFrame::Flushed(written.clone()));
+        let flush = async {
+            while let Some(frame) = queue.pop_front() {
+                if sink.send(frame).await.is_err() {
+                    return;
+                }
+            }
+            written.wait().await;
+        };
+        let _ = tokio::time::timeout(EXIT_FLUSH_LIMIT, flush).await;
+    }
+}
+
+/// An owned reservation of room on `sink`; never ready without one.
+async fn reserve(sink: Option<mpsc::Sender<OutFrame>>) -> Result<mpsc::OwnedPermit<OutFrame>, ()> {
+    match sink {
+        Some(sender) => sender.reserve_owned().await.map_err(|_| ()),
+        None => std::future::pending().await,
+    }
+}
+
+/// Sleeps until `at`; never ready without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 fn ended(

@@ -606,7 +606,7 @@ impl Supervisor {
         env.set("PATH", HELPER_PATH);
         for (name, value) in std::env::vars_os() {
             if let Some(name) = name.to_str()
-                && (name == "LANG" || name.starts_with("LC_") || name == crate::cli::LOG_FILTER_ENV)
+                && (name == "LANG" || name.starts_with("LC_") || name == crate::LOG_FILTER_ENV)
             {
                 env.set(name, value);
             }
@@ -657,7 +657,7 @@ impl Supervisor {
                         | "https_proxy"
                         | "NO_PROXY"
                         | "no_proxy"
-                        | crate::cli::LOG_FILTER_ENV
+                        | crate::LOG_FILTER_ENV
                 ) || name.starts_with("BOTHY_HOST_TEST_"))
             {
                 env.set(name, value);
