@@ -367,25 +367,42 @@ async fn attach_once(
         now,
     )?;
     let open_deadline_at = now.saturating_add(millis(config.open_timeout));
-    // Compare-and-swap on the state and the jti the decision saw: a
-    // concurrent grant or end wins, and a nonce bound to the old jti is spent.
-    let updated = sqlx::query(
+    // Compare-and-swap on what the decision rests on (D-517): the grant it
+    // saw (a concurrent grant wins, and a nonce bound to the old jti is
+    // spent) and a state it allows (a concurrent end wins). Not on the row's
+    // version: the relay moves a session between `active` and `detached`
+    // while a device comes and goes, and an attach that either state allows
+    // must not fail on that with 409. A quick reattach needs `detached`
+    // still; an attach to an opening needs `opening`.
+    let (first, second) = match row.state {
+        SessionState::Opening => ("opening", "opening"),
+        SessionState::Detached if request.step_up_id.is_none() => ("detached", "detached"),
+        SessionState::Active | SessionState::Detached => ("active", "detached"),
+        SessionState::Closed => return Err(HostError::InvalidStateTransition.into()),
+    };
+    let grant_seen = match row.token_jti {
+        Some(_) => "token_jti = $9",
+        None => "token_jti IS NULL",
+    };
+    let query = format!(
         "UPDATE terminal_sessions \
          SET token_jti = $1, token_expires_at = $2, open_deadline_at = $3, device_id = $4, \
              login_session_id = $5, version = version + 1 \
-         WHERE id = $6 AND state = $7 AND version = $8",
-    )
-    .bind(db::id_text(&issued.jti))
-    .bind(issued.expires_at)
-    .bind(open_deadline_at)
-    .bind(person.device_id.map(|id| db::id_text(&id)))
-    .bind(db::id_text(&person.login_session_id))
-    .bind(db::id_text(&row.id))
-    .bind(row.state.as_str())
-    .bind(row.version)
-    .execute(uow.conn())
-    .await
-    .map_err(DbError::from)?;
+         WHERE id = $6 AND state IN ($7, $8) AND {grant_seen}"
+    );
+    let mut update = sqlx::query(&query)
+        .bind(db::id_text(&issued.jti))
+        .bind(issued.expires_at)
+        .bind(open_deadline_at)
+        .bind(person.device_id.map(|id| db::id_text(&id)))
+        .bind(db::id_text(&person.login_session_id))
+        .bind(db::id_text(&row.id))
+        .bind(first)
+        .bind(second);
+    if let Some(jti) = row.token_jti {
+        update = update.bind(db::id_text(&jti));
+    }
+    let updated = update.execute(uow.conn()).await.map_err(DbError::from)?;
     if updated.rows_affected() != 1 {
         // Another grant or an end committed since the decision.
         return Err(HostError::InvalidStateTransition.into());
