@@ -7,6 +7,7 @@
 
 use bothy_api::auth::SessionResponse;
 use bothy_api::grants::{CreateGrantRequest, CreatedGrant, GrantList, RevokedGrant};
+use bothy_api::groups::GroupList;
 use bothy_api::hosts::{
     ConfirmAssignment, ConfirmHostRequest, CreateHostRequest, HostReply, HostWithCode,
     IssuePairingCodeRequest, ManagedHostReply, SessionUserAssignment, SetHostLlmCredentialsRequest,
@@ -17,7 +18,6 @@ use bothy_api::persons::{
     PersonList,
 };
 use bothy_net::Method;
-use serde_json::Value;
 
 use super::common::{logged_in, print_json, step_up};
 use super::hosts::{
@@ -129,31 +129,12 @@ async fn person_id(api: &Api, username: &str) -> Result<String, ClientError> {
 
 /// The ID of the group `name` (GET /api/v1/groups).
 async fn group_id(api: &Api, name: &str) -> Result<String, ClientError> {
-    id_named(api, "group", "name", name)
-        .await?
+    let list: GroupList = api.get_as("/api/v1/groups").await?;
+    list.groups
+        .into_iter()
+        .find(|group| group.name == name)
+        .map(|group| group.id)
         .ok_or_else(|| ClientError::UnknownGroup(name.to_owned()))
-}
-
-/// The `id` of the `kind` (a group) whose `name_key` is `name`, from
-/// `GET /api/v1/{kind}s`; `None` when there is none.
-async fn id_named(
-    api: &Api,
-    kind: &str,
-    name_key: &str,
-    name: &str,
-) -> Result<Option<String>, ClientError> {
-    let list = format!("{kind}s");
-    let answer = api.get(&format!("/api/v1/{list}")).await?;
-    Ok(answer
-        .get(&list)
-        .and_then(Value::as_array)
-        .and_then(|items| {
-            items
-                .iter()
-                .find(|item| item.get(name_key).and_then(Value::as_str) == Some(name))
-        })
-        .and_then(|item| item.get("id").and_then(Value::as_str))
-        .map(str::to_owned))
 }
 
 /// The ID of the person logged in (GET /api/v1/auth/session).

@@ -1,7 +1,9 @@
 //! The hosts as the person sees them: `bothy hosts`, `host show`, the
 //! lookup of a host by ID or name, the pin check of 5.5 and the 8.4 warning.
 
+use bothy_api::auth::SessionResponse;
 use bothy_api::hosts::{Host, HostList};
+use bothy_api::persons::Role;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -207,10 +209,11 @@ pub(crate) async fn check_foreign_assignee(api: &Api, host: &Host) -> Result<(),
     let Some(assignee) = host.assigned_user_id.as_deref() else {
         return Ok(());
     };
-    let me = api.get("/api/v1/auth/session").await?;
-    let is_owner = me.get("role").and_then(Value::as_str) == Some("owner");
-    let is_me = me.get("principal_id").and_then(Value::as_str) == Some(assignee);
-    if !is_owner || is_me {
+    // Only a person can be an owner; an agent or app is neither.
+    let SessionResponse::Person(me) = api.get_as("/api/v1/auth/session").await? else {
+        return Ok(());
+    };
+    if me.role != Role::Owner || me.principal_id == assignee {
         return Ok(());
     }
     let mut tty = Tty::open("the confirmation for a host of another person")?;
