@@ -188,7 +188,41 @@ async fn write(
     if !changes.any() {
         return Ok(());
     }
-    // Only the changed columns; the names are fixed texts, never input.
+    store_changed_columns(uow, &host, &changes, new).await?;
+    let version = hosts::bump_version(uow, host.id).await?;
+    hosts::host_updated(uow, host.id, version, host.state, false);
+
+    let old_names: BTreeSet<String> = host
+        .reported_session_user_names()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    let new_names: BTreeSet<String> = report
+        .session_users
+        .iter()
+        .map(|user| user.name.clone())
+        .collect();
+    let names_changed = old_names != new_names;
+    if names_changed {
+        end_sessions_of_removed_users(uow, &host, &new_names).await?;
+    }
+    if new.is_server_host && host.reported_is_server_host != Some(true) {
+        end_sessions_of_non_owners(uow, &host).await?;
+    }
+    if changes.is_server_host || changes.doctor || names_changed {
+        audit_connect(uow, &host, new, report, &old_names, &new_names);
+    }
+    Ok(())
+}
+
+/// Writes only the changed `reported_*` columns (the names are fixed texts,
+/// never input).
+async fn store_changed_columns(
+    uow: &mut UnitOfWork,
+    host: &Host,
+    changes: &Changes,
+    new: &Reported,
+) -> Result<(), HostError> {
     let mut sets: Vec<&'static str> = Vec::new();
     let mut texts: Vec<String> = Vec::new();
     let mut flags: Vec<bool> = Vec::new();
@@ -257,95 +291,103 @@ async fn write(
         .execute(uow.conn())
         .await
         .map_err(DbError::from)?;
-    let version = hosts::bump_version(uow, host.id).await?;
-    hosts::host_updated(uow, host.id, version, host.state, false);
+    Ok(())
+}
 
-    let old_names: BTreeSet<String> = host
-        .reported_session_user_names()
-        .into_iter()
-        .map(str::to_owned)
-        .collect();
-    let new_names: BTreeSet<String> = report
-        .session_users
-        .iter()
-        .map(|user| user.name.clone())
-        .collect();
-    let names_changed = old_names != new_names;
-    if names_changed {
-        crate::permissions::bump_version(uow).await?;
-        let rows = sqlx::query(
-            "SELECT ts.id, hsu.os_user FROM terminal_sessions ts \
-             JOIN host_session_users hsu ON hsu.id = ts.host_session_user_id \
-             WHERE ts.host_id = $1 AND ts.state <> 'closed' ORDER BY ts.id",
-        )
-        .bind(db::id_text(&host.id))
-        .fetch_all(uow.conn())
-        .await
-        .map_err(DbError::from)?;
-        for row in &rows {
-            let os_user: String = row.try_get("os_user").map_err(DbError::from)?;
-            if !new_names.contains(&os_user) {
-                let id = db::get_uuid(row, "id")?;
-                end(uow, EndScope::Session(id), CloseReason::AccessRevoked, None)
-                    .await
-                    .map_err(end_error)?;
-            }
-        }
-    }
-    let turned_server_host = new.is_server_host && host.reported_is_server_host != Some(true);
-    if turned_server_host {
-        let rows = sqlx::query(
-            "SELECT ts.id FROM terminal_sessions ts \
-             JOIN persons p ON p.principal_id = ts.person_id \
-             WHERE ts.host_id = $1 AND ts.state <> 'closed' \
-             AND NOT (p.role = 'owner' AND p.status = 'active') ORDER BY ts.id",
-        )
-        .bind(db::id_text(&host.id))
-        .fetch_all(uow.conn())
-        .await
-        .map_err(DbError::from)?;
-        for row in &rows {
+/// The reported session users changed: the permissions' version moves, and
+/// every session not closed whose session user is no longer reported ends
+/// `access_revoked`.
+async fn end_sessions_of_removed_users(
+    uow: &mut UnitOfWork,
+    host: &Host,
+    new_names: &BTreeSet<String>,
+) -> Result<(), HostError> {
+    crate::permissions::bump_version(uow).await?;
+    let rows = sqlx::query(
+        "SELECT ts.id, hsu.os_user FROM terminal_sessions ts \
+         JOIN host_session_users hsu ON hsu.id = ts.host_session_user_id \
+         WHERE ts.host_id = $1 AND ts.state <> 'closed' ORDER BY ts.id",
+    )
+    .bind(db::id_text(&host.id))
+    .fetch_all(uow.conn())
+    .await
+    .map_err(DbError::from)?;
+    for row in &rows {
+        let os_user: String = row.try_get("os_user").map_err(DbError::from)?;
+        if !new_names.contains(&os_user) {
             let id = db::get_uuid(row, "id")?;
             end(uow, EndScope::Session(id), CloseReason::AccessRevoked, None)
                 .await
                 .map_err(end_error)?;
         }
     }
+    Ok(())
+}
 
-    if changes.is_server_host || changes.doctor || names_changed {
-        let failed: Vec<_> = report
-            .doctor
-            .iter()
-            .filter(|entry| !entry.ok)
-            .map(|entry| entry.check)
-            .collect();
-        let named: Vec<OsUserName> = report
-            .doctor
-            .iter()
-            .filter_map(|entry| entry.session_user.as_deref())
-            .filter_map(|name| OsUserName::new(name).ok())
-            .collect();
-        let added: Vec<OsUserName> = new_names
-            .difference(&old_names)
-            .filter_map(|name| OsUserName::new(name).ok())
-            .collect();
-        let removed: Vec<OsUserName> = old_names
-            .difference(&new_names)
-            .filter_map(|name| OsUserName::new(name).ok())
-            .collect();
-        uow.audit(
-            AuditEntry::allow(AuditAction::HostConnect, Actor::Host(host.id))
-                .target(TargetKind::Host, host.id)
-                .details(
-                    AuditDetails::new()
-                        .id("host_id", host.id)
-                        .codes("failed_checks", failed)
-                        .os_users("os_users", named.iter())
-                        .os_users("added_session_users", added.iter())
-                        .os_users("removed_session_users", removed.iter())
-                        .flag("is_server_host", new.is_server_host),
-                ),
-        );
+/// The host now reports being the server's host: every session not closed
+/// of a person who is not an active owner ends `access_revoked`.
+async fn end_sessions_of_non_owners(uow: &mut UnitOfWork, host: &Host) -> Result<(), HostError> {
+    let rows = sqlx::query(
+        "SELECT ts.id FROM terminal_sessions ts \
+         JOIN persons p ON p.principal_id = ts.person_id \
+         WHERE ts.host_id = $1 AND ts.state <> 'closed' \
+         AND NOT (p.role = 'owner' AND p.status = 'active') ORDER BY ts.id",
+    )
+    .bind(db::id_text(&host.id))
+    .fetch_all(uow.conn())
+    .await
+    .map_err(DbError::from)?;
+    for row in &rows {
+        let id = db::get_uuid(row, "id")?;
+        end(uow, EndScope::Session(id), CloseReason::AccessRevoked, None)
+            .await
+            .map_err(end_error)?;
     }
     Ok(())
+}
+
+/// The audit entry `host.connect` of a report that changed the server-host
+/// flag, the doctor's findings or the session users: codes and OS user names
+/// only (the rule for names, 10.4).
+fn audit_connect(
+    uow: &mut UnitOfWork,
+    host: &Host,
+    new: &Reported,
+    report: &Report,
+    old_names: &BTreeSet<String>,
+    new_names: &BTreeSet<String>,
+) {
+    let failed: Vec<_> = report
+        .doctor
+        .iter()
+        .filter(|entry| !entry.ok)
+        .map(|entry| entry.check)
+        .collect();
+    let named: Vec<OsUserName> = report
+        .doctor
+        .iter()
+        .filter_map(|entry| entry.session_user.as_deref())
+        .filter_map(|name| OsUserName::new(name).ok())
+        .collect();
+    let added: Vec<OsUserName> = new_names
+        .difference(old_names)
+        .filter_map(|name| OsUserName::new(name).ok())
+        .collect();
+    let removed: Vec<OsUserName> = old_names
+        .difference(new_names)
+        .filter_map(|name| OsUserName::new(name).ok())
+        .collect();
+    uow.audit(
+        AuditEntry::allow(AuditAction::HostConnect, Actor::Host(host.id))
+            .target(TargetKind::Host, host.id)
+            .details(
+                AuditDetails::new()
+                    .id("host_id", host.id)
+                    .codes("failed_checks", failed)
+                    .os_users("os_users", named.iter())
+                    .os_users("added_session_users", added.iter())
+                    .os_users("removed_session_users", removed.iter())
+                    .flag("is_server_host", new.is_server_host),
+            ),
+    );
 }
