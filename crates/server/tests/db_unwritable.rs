@@ -45,8 +45,11 @@ use uuid::Uuid;
 
 /// The way a database of the test stops and starts writing again.
 enum Fault {
-    /// The SQLite file, made immutable until `writable`.
-    Sqlite(String),
+    /// The SQLite file and its write-ahead log, made immutable until
+    /// `writable`: a connection opened before the fault (one a background
+    /// task held while the idle ones were closed) writes to the log, not to
+    /// the file, so the log must refuse too.
+    Sqlite(Vec<String>),
     /// The PostgreSQL database's name.
     Postgres(String),
 }
@@ -62,8 +65,15 @@ impl Fault {
                 while pool.num_idle() > 0 {
                     pool.acquire().await.unwrap().close().await.unwrap();
                 }
-                chattr("+i", &file);
-                Fault::Sqlite(file)
+                let mut files = vec![file.clone()];
+                let wal = format!("{file}-wal");
+                if std::path::Path::new(&wal).exists() {
+                    files.push(wal);
+                }
+                for file in &files {
+                    chattr("+i", file);
+                }
+                Fault::Sqlite(files)
             }
             Engine::Postgres => {
                 let name = url.rsplit('/').next().unwrap().to_owned();
@@ -92,7 +102,11 @@ impl Fault {
 
     async fn writable(self) {
         match &self {
-            Fault::Sqlite(file) => chattr("-i", file),
+            Fault::Sqlite(files) => {
+                for file in files {
+                    chattr("-i", file);
+                }
+            }
             Fault::Postgres(name) => {
                 let mut admin = sqlx::PgConnection::connect(&support::postgres_admin_url())
                     .await
@@ -114,8 +128,10 @@ impl Drop for Fault {
     /// A failing test leaves no immutable file behind (its directory could
     /// not be removed).
     fn drop(&mut self) {
-        if let Fault::Sqlite(file) = self {
-            chattr("-i", file);
+        if let Fault::Sqlite(files) = self {
+            for file in files.iter() {
+                chattr("-i", file);
+            }
         }
     }
 }
