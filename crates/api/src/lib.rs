@@ -27,6 +27,7 @@
 //! - [`passkeys`]: passkeys (at enrollment, added later, the first one of a
 //!   person enrolled without one) and the web console's login; the WebAuthn
 //!   structures stay JSON values.
+//! - [`problem`]: the body of every refusal (`application/problem+json`).
 //! - [`persons`]: invite, list, disable, enable, role (with [`persons::Role`]
 //!   and [`persons::PersonStatus`]).
 //! - [`tokens`]: API tokens of agents and apps (with [`tokens::ServiceKind`]).
@@ -41,5 +42,6 @@ pub mod groups;
 pub mod hosts;
 pub mod passkeys;
 pub mod persons;
+pub mod problem;
 pub mod terminal;
 pub mod tokens;

@@ -8,7 +8,6 @@
 //! server's `title` is the HTTP reason phrase and is never shown.
 
 use bothy_net::Method;
-use serde_json::Value;
 
 /// The call a problem answered, read off the request (method and path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,30 +126,30 @@ impl Problem {
     /// Reads a problem body of `call`; a body that is not one becomes
     /// `http_<status>`.
     pub fn from_body(call: Call, status: u16, body: &[u8]) -> Problem {
-        let value: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_owned);
-        let errors = value
-            .get("errors")
-            .and_then(Value::as_array)
-            .map(|errors| {
-                errors
-                    .iter()
-                    .map(|e| {
-                        let member =
-                            |key: &str| e.get(key).and_then(Value::as_str).unwrap_or("").to_owned();
-                        (member("pointer"), member("code"))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        Problem {
-            status,
-            code: text("code").unwrap_or_else(|| format!("http_{status}")),
-            reason: text("reason"),
-            errors,
-            retry_after: value.get("retry_after").and_then(Value::as_u64),
-            attempts_remaining: value.get("attempts_remaining").and_then(Value::as_u64),
-            call,
+        match serde_json::from_slice::<bothy_api::problem::Problem>(body) {
+            Ok(problem) => Problem {
+                status,
+                code: problem.code,
+                reason: problem.reason,
+                errors: problem
+                    .errors
+                    .into_iter()
+                    .map(|e| (e.pointer, e.code))
+                    .collect(),
+                retry_after: problem.retry_after,
+                attempts_remaining: problem.attempts_remaining.map(u64::from),
+                call,
+            },
+            // Not a problem of ours (a proxy's page, a cut body): the status.
+            Err(_) => Problem {
+                status,
+                code: format!("http_{status}"),
+                reason: None,
+                errors: Vec::new(),
+                retry_after: None,
+                attempts_remaining: None,
+                call,
+            },
         }
     }
 

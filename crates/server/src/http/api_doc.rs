@@ -38,6 +38,8 @@ use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder
 use utoipa::openapi::{Components, OpenApi, Ref, RefOr};
 use utoipa::{IntoResponses, Modify, PartialSchema, ToSchema};
 
+pub use bothy_api::problem::{FieldProblem, Problem};
+
 use super::problem::{ApiError, ProblemCode};
 use crate::audit::{ActorKind, AuditAction, AuditCode, Decision, TargetKind};
 use crate::hosts::LlmCredentials;
@@ -61,7 +63,15 @@ pub const CSRF_TOKEN: &str = "csrf_token";
             `null`), errors as `application/problem+json`. Times are Unix milliseconds, IDs \
             are UUIDs in hyphenated form."
     ),
-    components(schemas(Problem, FieldProblem, AuditAction, Decision, ActorKind, TargetKind)),
+    components(schemas(
+        Problem,
+        FieldProblem,
+        ProblemCode,
+        AuditAction,
+        Decision,
+        ActorKind,
+        TargetKind
+    )),
     modifiers(&SecuritySchemes),
     tags(
         (name = "auth", description = "Enrollment, login, login sessions, step-up."),
@@ -127,47 +137,6 @@ impl Modify for SecuritySchemes {
     }
 }
 
-/// An error of the API (RFC 9457, `application/problem+json`; D-18). Only typed
-/// values: the internal cause of a failure stays in the server log.
-#[derive(Debug, ToSchema)]
-pub struct Problem {
-    /// Always `about:blank`.
-    #[schema(rename = "type", example = "about:blank")]
-    pub kind: String,
-    /// The status text (`Bad Request`, ...).
-    pub title: String,
-    /// The HTTP status.
-    #[schema(minimum = 400, maximum = 599)]
-    pub status: u16,
-    /// The problem code; each has one status.
-    pub code: ProblemCode,
-    /// Refines `code` (e.g. `owner_required`, `username_taken`, `totp_invalid`).
-    #[schema(required = false)]
-    pub reason: String,
-    /// `validation_failed`: where the request breaks a rule; absent when empty.
-    #[schema(required = false)]
-    pub errors: Vec<FieldProblem>,
-    /// `rate_limited`: seconds until a retry can succeed (also `Retry-After`).
-    #[schema(required = false)]
-    pub retry_after: u64,
-    /// The attempts left (fingerprint confirmation).
-    #[schema(required = false)]
-    pub attempts_remaining: u32,
-}
-
-/// One finding of `errors[]`: a pointer, never the value.
-#[derive(Debug, ToSchema)]
-pub struct FieldProblem {
-    /// RFC 6901 pointer into the body (`/username`), the query
-    /// (`/query/<name>`) or the headers (`/headers/<name>`).
-    #[schema(example = "/username")]
-    pub pointer: String,
-    /// The finding (`required`, `unknown_member`, `wrong_type`, `invalid`,
-    /// `too_short`, ...).
-    #[schema(example = "required")]
-    pub code: String,
-}
-
 /// What a member typed as a string in `bothy-api` is in the document.
 enum CodeMember {
     /// A string schema with exactly these values (in place of the member's
@@ -207,6 +176,7 @@ fn code_member_table() -> Vec<(&'static str, &'static str, CodeMember)> {
             "state",
             values(string_enum(["disabled", "active", "retired"])),
         ),
+        ("Problem", "code", Named("ProblemCode")),
         ("AuditEntry", "action", Named("AuditAction")),
         ("AuditEntry", "decision", Named("Decision")),
         ("AuditActor", "kind", Named("ActorKind")),

@@ -15,7 +15,7 @@ use std::fmt;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 /// The media type of every error body.
 pub const PROBLEM_JSON: &str = "application/problem+json";
@@ -232,35 +232,31 @@ impl ApiError {
         self.code
     }
 
-    /// The problem body as JSON.
-    pub fn body(&self) -> Value {
+    /// The problem body (`bothy_api::problem::Problem`).
+    pub fn problem(&self) -> bothy_api::problem::Problem {
         let status = self.code.status();
-        let mut body = Map::new();
-        body.insert("type".into(), json!("about:blank"));
-        body.insert(
-            "title".into(),
-            json!(status.canonical_reason().unwrap_or("Error")),
-        );
-        body.insert("status".into(), json!(status.as_u16()));
-        body.insert("code".into(), json!(self.code.as_str()));
-        if let Some(reason) = self.reason {
-            body.insert("reason".into(), json!(reason));
-        }
-        if !self.errors.is_empty() {
-            let errors: Vec<Value> = self
+        bothy_api::problem::Problem {
+            kind: "about:blank".to_owned(),
+            title: status.canonical_reason().unwrap_or("Error").to_owned(),
+            status: status.as_u16(),
+            code: self.code.as_str().to_owned(),
+            reason: self.reason.map(str::to_owned),
+            errors: self
                 .errors
                 .iter()
-                .map(|e| json!({"pointer": e.pointer, "code": e.code}))
-                .collect();
-            body.insert("errors".into(), Value::Array(errors));
+                .map(|e| bothy_api::problem::FieldProblem {
+                    pointer: e.pointer.clone(),
+                    code: e.code.to_owned(),
+                })
+                .collect(),
+            retry_after: self.retry_after_s,
+            attempts_remaining: self.attempts_remaining,
         }
-        if let Some(seconds) = self.retry_after_s {
-            body.insert("retry_after".into(), json!(seconds));
-        }
-        if let Some(attempts) = self.attempts_remaining {
-            body.insert("attempts_remaining".into(), json!(attempts));
-        }
-        Value::Object(body)
+    }
+
+    /// The problem body as JSON.
+    pub fn body(&self) -> Value {
+        serde_json::to_value(self.problem()).unwrap_or(Value::Null)
     }
 }
 
