@@ -256,10 +256,7 @@ async fn tm_t16_the_node_of_the_control_connection_killed_the_host_reconnects_to
         .cluster
         .as_mut()
         .expect("cluster")
-        .process
-        .as_mut()
-        .expect("process node")
-        .kill();
+        .kill_process_node();
     let cluster = scenario.cluster.as_ref().expect("cluster");
     let reconnected = try_eventually(WAIT, || async {
         cluster
@@ -329,10 +326,7 @@ async fn tm_t16_the_node_relaying_sessions_killed_one_reattaches_through_another
         .cluster
         .as_mut()
         .expect("cluster")
-        .process
-        .as_mut()
-        .expect("process node")
-        .kill();
+        .kill_process_node();
     let (kept_id, left_id) = (kept.session_id, left.session_id);
     drop((kept, left));
     assert_eq!(scenario.session_row(kept_id).await.0, "active");

@@ -185,22 +185,7 @@ async fn an_opening_on_node_a_reaches_the_control_connection_on_node_b_after_its
     wait_counted(&a, host_id).await;
     assert!(a.state.local_control_links().conn_id(host_id).is_none());
 
-    let step_up_id = step_up(&a, &owner).await;
-    let reply = post(
-        &a,
-        &format!("/api/v1/hosts/{host_id}/terminal/sessions"),
-        Some(owner.token()),
-        json!({
-            "profile": "shell",
-            "columns": 80,
-            "rows": 24,
-            "client_ephemeral_key_hash": b64::encode(&[7u8; 32]),
-            "step_up_id": step_up_id,
-        }),
-    )
-    .await;
-    assert_eq!(reply.status, 201, "{:?}", reply.body);
-    let session_id = Uuid::parse_str(reply.body["session_id"].as_str().unwrap()).unwrap();
+    let session_id = open_on(&a, &owner, host_id).await;
     let deadline: i64 =
         sqlx::query_scalar("SELECT open_deadline_at FROM terminal_sessions WHERE id = $1")
             .bind(session_id.to_string())
@@ -467,10 +452,11 @@ async fn the_shipped_edge_routes_each_session_to_one_node_and_keeps_client_bucke
 const DEAD_YAML: &str = "cluster:\n  mode: multi\nterminal:\n  open_timeout: 10s\n  \
                          host_duplicate_probe_timeout: 1s\n  host_heartbeat_interval: 60s\n";
 
-/// An opening on A of `owner`'s shell on the host (201).
-async fn open_on(a: &TestServer, owner: &Person, host_id: Uuid) -> Uuid {
+/// The answer of an opening on `a` of `owner`'s shell on the host, after a
+/// fresh step-up.
+async fn open_reply(a: &TestServer, owner: &Person, host_id: Uuid) -> identity_common::Reply {
     let step_up_id = step_up(a, owner).await;
-    let reply = post(
+    post(
         a,
         &format!("/api/v1/hosts/{host_id}/terminal/sessions"),
         Some(owner.token()),
@@ -482,7 +468,12 @@ async fn open_on(a: &TestServer, owner: &Person, host_id: Uuid) -> Uuid {
             "step_up_id": step_up_id,
         }),
     )
-    .await;
+    .await
+}
+
+/// An opening on `a` of `owner`'s shell on the host (201): its session.
+async fn open_on(a: &TestServer, owner: &Person, host_id: Uuid) -> Uuid {
+    let reply = open_reply(a, owner, host_id).await;
     assert_eq!(reply.status, 201, "{:?}", reply.body);
     Uuid::parse_str(reply.body["session_id"].as_str().unwrap()).unwrap()
 }
@@ -585,20 +576,7 @@ async fn a_dead_node_s_host_counts_for_the_window_and_its_session_is_swept() {
     assert!(a.state.control_links().is_connected(host_id));
     a.clock.set(killed_at + 180_001);
     assert!(!a.state.control_links().is_connected(host_id));
-    let step_up_id = step_up(&a, &owner).await;
-    let reply = post(
-        &a,
-        &format!("/api/v1/hosts/{host_id}/terminal/sessions"),
-        Some(owner.token()),
-        json!({
-            "profile": "shell",
-            "columns": 80,
-            "rows": 24,
-            "client_ephemeral_key_hash": b64::encode(&[7u8; 32]),
-            "step_up_id": step_up_id,
-        }),
-    )
-    .await;
+    let reply = open_reply(&a, &owner, host_id).await;
     support::problem::assert_problem(&reply, 409, "host_unavailable");
 
     // The session P made active: still active, and the sweep ends it at the

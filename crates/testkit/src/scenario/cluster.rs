@@ -139,6 +139,11 @@ impl Cluster {
         }
     }
 
+    /// Kills node P with SIGKILL ([`ServerProcess::kill`]).
+    pub fn kill_process_node(&mut self) {
+        self.process.as_mut().expect("a process node").kill();
+    }
+
     /// Node B, which holds the host's control connection.
     pub fn b(&self) -> &TestServer {
         &self.nodes[0]
@@ -322,14 +327,8 @@ impl Edge {
     /// paths (its server lines, with or without `hash`), `api` round-robin
     /// for everything else.
     pub async fn start(ca_dir: &Path, api: &[u16], control: &str, streams: &str) -> Edge {
-        let dir = tempfile::tempdir().expect("edge directory");
+        let (dir, ca_file, port) = Edge::prepare(ca_dir);
         let path = dir.path();
-        let ca_file = path.join("ca.pem");
-        fs::copy(ca_dir.join("ca.pem"), &ca_file).expect("CA copy");
-        issue_certificate(ca_dir, path);
-        fs::create_dir_all(path.join("tmp")).expect("tmp");
-        fs::create_dir_all(path.join("logs")).expect("logs");
-        let port = free_port();
         let upstream = |ports: &[u16]| {
             ports
                 .iter()
@@ -357,14 +356,8 @@ impl Edge {
     /// log of `$remote_addr $status $upstream_addr $uri`
     /// ([`Edge::access_log`]).
     pub async fn start_shipped(ca_dir: &Path, nodes: &[u16]) -> Edge {
-        let dir = tempfile::tempdir().expect("edge directory");
+        let (dir, ca_file, port) = Edge::prepare(ca_dir);
         let path = dir.path();
-        let ca_file = path.join("ca.pem");
-        fs::copy(ca_dir.join("ca.pem"), &ca_file).expect("CA copy");
-        issue_certificate(ca_dir, path);
-        fs::create_dir_all(path.join("tmp")).expect("tmp");
-        fs::create_dir_all(path.join("logs")).expect("logs");
-        let port = free_port();
         let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/nginx/bothy.conf");
         let shipped =
             fs::read_to_string(&shipped).unwrap_or_else(|e| panic!("{}: {e}", shipped.display()));
@@ -408,6 +401,19 @@ impl Edge {
             dir = path.display()
         );
         Edge::spawn(dir, port, ca_file, &config).await
+    }
+
+    /// The edge's folder (its CA, a certificate for `localhost` from the CA
+    /// in `ca_dir`, the folders nginx writes) and a free port.
+    fn prepare(ca_dir: &Path) -> (tempfile::TempDir, PathBuf, u16) {
+        let dir = tempfile::tempdir().expect("edge directory");
+        let path = dir.path();
+        let ca_file = path.join("ca.pem");
+        fs::copy(ca_dir.join("ca.pem"), &ca_file).expect("CA copy");
+        issue_certificate(ca_dir, path);
+        fs::create_dir_all(path.join("tmp")).expect("tmp");
+        fs::create_dir_all(path.join("logs")).expect("logs");
+        (dir, ca_file, free_port())
     }
 
     /// Writes `config` as the main configuration into `dir` and starts nginx.
