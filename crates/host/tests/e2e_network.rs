@@ -152,9 +152,7 @@ async fn tm_t16_a_host_that_loses_its_network_keeps_the_pty_for_a_reattach() {
     device.type_text("echo BEF\"\"ORE\n").await;
     device.expect_output("BEFORE").await;
     start_background(&mut device).await;
-    scenario.wait_session_processes(0, 3).await;
-    let mut processes = scenario.session_processes(0);
-    processes.sort_unstable();
+    let processes = scenario.background_settled(0).await;
     let session_id = device.session_id;
     network.set_up(false);
     assert_eq!(

@@ -656,8 +656,7 @@ async fn tm_t16_a_restart_of_the_host_service_ends_its_sessions() {
     let mut device = scenario.open_shell().await;
     start_background(&mut device).await;
     // The shell and both background processes run (`setsid` forks once more).
-    scenario.wait_session_processes(0, 3).await;
-    let before = scenario.session_processes(0);
+    let before = scenario.background_settled(0).await;
     scenario.restart();
     assert_eq!(scenario.closed(device.session_id).await.0, "host_restarted");
     e2e_common::wait_processes_gone(&before).await;

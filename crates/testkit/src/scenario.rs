@@ -686,6 +686,35 @@ impl Scenario {
         );
     }
 
+    /// The processes of session user `index` once the job of
+    /// [`start_background`] has settled (sorted): the shell and exactly the
+    /// two sleeps. `setsid` forks once more inside the job, so a count alone
+    /// can catch its parent, and a listing of /proc can miss the parent that
+    /// just left and the child that just came.
+    pub async fn background_settled(&self, index: usize) -> Vec<u32> {
+        let settled = try_eventually(WAIT, || async move {
+            let mut processes = self.session_processes(index);
+            processes.sort_unstable();
+            let sleeps: Vec<String> = processes
+                .iter()
+                .filter_map(|pid| fs::read(format!("/proc/{pid}/cmdline")).ok())
+                .map(|cmdline| String::from_utf8_lossy(&cmdline).replace('\0', " "))
+                .filter(|cmdline| cmdline.trim_end().starts_with("sleep 100"))
+                .collect();
+            let both = ["sleep 1000", "sleep 1001"]
+                .iter()
+                .all(|want| sleeps.iter().any(|s| s.trim_end() == *want));
+            (processes.len() == 3 && sleeps.len() == 2 && both).then_some(processes)
+        })
+        .await;
+        settled.unwrap_or_else(|| {
+            panic!(
+                "the background job never settled: {:?}",
+                self.session_processes(index)
+            )
+        })
+    }
+
     /// Waits (bounded) until the record of the helper of session user `index`
     /// names a process other than `old` (supervise started it again); its PID.
     pub async fn wait_new_helper(&self, index: usize, old: u32) -> u32 {
