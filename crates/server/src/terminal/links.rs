@@ -9,7 +9,7 @@
 //! section 9 (NOTIFY to the node of the connection) implements the same port
 //! later without changing callers.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::Mutex;
 
@@ -92,6 +92,10 @@ const UNRECORDED_ENDS_MAX: usize = 100_000;
 pub struct LocalControlLinks {
     links: Mutex<HashMap<Uuid, Link>>,
     unrecorded_ends: Mutex<HashMap<Uuid, HashMap<Uuid, UnrecordedEnd>>>,
+    /// The hosts whose duplicate verdict (3.4) this node is writing now.
+    /// Per node, not per process: another node's verdict is not this node's
+    /// to wait for (docs/decisions.md D-519).
+    verdicts: Mutex<HashSet<Uuid>>,
 }
 
 impl fmt::Debug for LocalControlLinks {
@@ -244,6 +248,27 @@ impl LocalControlLinks {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         links.get(&host_id).map(|link| link.conn_id)
+    }
+
+    /// Lists (`running`) or unlists the host's duplicate verdict on this node.
+    pub fn set_verdict_running(&self, host_id: Uuid, running: bool) {
+        let mut verdicts = self
+            .verdicts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if running {
+            verdicts.insert(host_id);
+        } else {
+            verdicts.remove(&host_id);
+        }
+    }
+
+    /// Whether this node's duplicate verdict of the host is running.
+    pub fn verdict_running(&self, host_id: Uuid) -> bool {
+        self.verdicts
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .contains(&host_id)
     }
 }
 

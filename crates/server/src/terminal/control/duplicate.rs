@@ -60,40 +60,35 @@ code_enum! {
     }
 }
 
-/// The hosts whose duplicate verdict runs on this process now. The older
+/// Lists a host's duplicate verdict on this node until dropped. The older
 /// connection's log tail sees the verdict's `host.updated` before the
-/// verdict's own close reaches it; while the host is listed here, it leaves
-/// the close to the verdict (4112 on this node, D-M2-47-13).
-static VERDICTS: LazyLock<Mutex<HashSet<uuid::Uuid>>> =
-    LazyLock::new(|| Mutex::new(HashSet::new()));
-
-/// Whether this process's duplicate verdict of `host_id` is running.
-pub(super) fn verdict_running(host_id: uuid::Uuid) -> bool {
-    VERDICTS
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .contains(&host_id)
+/// verdict's own close reaches it; while the host is listed, it leaves the
+/// close to the verdict (4112 on this node, D-M2-47-13). The list is the
+/// node's ([`LocalControlLinks`](crate::terminal::links::LocalControlLinks)):
+/// a connection of the host on another node closes by the verdict's
+/// `terminal.host_close` (D-519).
+struct VerdictRunning {
+    state: AppState,
+    host_id: uuid::Uuid,
 }
 
-/// Lists a host in [`VERDICTS`] until dropped.
-struct VerdictRunning(uuid::Uuid);
-
 impl VerdictRunning {
-    fn new(host_id: uuid::Uuid) -> VerdictRunning {
-        VERDICTS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(host_id);
-        VerdictRunning(host_id)
+    fn new(state: &AppState, host_id: uuid::Uuid) -> VerdictRunning {
+        state
+            .local_control_links()
+            .set_verdict_running(host_id, true);
+        VerdictRunning {
+            state: state.clone(),
+            host_id,
+        }
     }
 }
 
 impl Drop for VerdictRunning {
     fn drop(&mut self) {
-        VERDICTS
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&self.0);
+        self.state
+            .local_control_links()
+            .set_verdict_running(self.host_id, false);
     }
 }
 
@@ -128,7 +123,7 @@ pub(super) async fn check(connection: &ControlConnection, host: &Host) -> Result
     // connection's close was handed over: its task either skips the
     // verdict's host.updated or finds the command first (its loop looks at
     // commands before the log tail).
-    let running = VerdictRunning::new(host.id);
+    let running = VerdictRunning::new(&connection.state, host.id);
     let verdict = duplicate_verdict(&connection.state, host.id).await;
     let _ = sender.try_send(ConnCommand::Close {
         code: CloseCode::HostDuplicate,
@@ -288,7 +283,7 @@ pub(crate) async fn probe_older_here(state: &AppState, host_id: uuid::Uuid, olde
         });
         return;
     }
-    let running = VerdictRunning::new(host_id);
+    let running = VerdictRunning::new(state, host_id);
     let verdict = duplicate_verdict(state, host_id).await;
     let _ = sender.try_send(ConnCommand::Close {
         code: if verdict.is_ok() {

@@ -588,7 +588,11 @@ impl ControlConnection {
     /// The close of a host that may no longer be connected, unless this
     /// node's duplicate verdict of the host runs (it closes itself).
     async fn check_host(&self, session: &LoggedIn) -> Result<(), End> {
-        if duplicate::verdict_running(session.host_id) {
+        if self
+            .state
+            .local_control_links()
+            .verdict_running(session.host_id)
+        {
             return Ok(());
         }
         self.host_close_check(session).await
@@ -616,7 +620,10 @@ impl ControlConnection {
         let field = |name: &str| payload.get(name).and_then(|v| v.as_str());
         if event.kind == EventKind::HostUpdated {
             if field("host_id") != Some(db::id_text(&session.host_id).as_str())
-                || duplicate::verdict_running(session.host_id)
+                || self
+                    .state
+                    .local_control_links()
+                    .verdict_running(session.host_id)
             {
                 return Ok(());
             }
