@@ -15,7 +15,7 @@ async function console_bundle() {
   rmSync(out, { recursive: true, force: true });
   mkdirSync(join(out, "assets"), { recursive: true });
   await build({
-    entryPoints: { console: join(root, "src/main.ts") },
+    entryPoints: { console: join(root, "src/main.ts"), "stream-worker": join(root, "src/stream_worker.ts") },
     bundle: true,
     format: "iife",
     platform: "browser",

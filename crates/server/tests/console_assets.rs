@@ -33,6 +33,7 @@ fn assert_security_headers(response: &reqwest::Response, what: &str) {
     for required in [
         "default-src 'none'",
         "script-src 'self'",
+        "worker-src 'self'",
         "connect-src 'self'",
         "frame-ancestors 'none'",
         "object-src 'none'",

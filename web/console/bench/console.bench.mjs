@@ -18,6 +18,14 @@
 //   30; p50 and p99.
 // - Open: the click on Open -> the first glyph of the shell painted, and the
 //   same from the end of the passkey step-up (its response), median of five.
+//
+// The tab is not instrumented (docs/decisions.md D-701): Playwright only
+// launches the browser. The page lives in a browser context that Playwright
+// does not know, so it never enables DevTools' Network domain there (which
+// copies every WebSocket frame's payload to the driver and cost the tab a
+// third of its throughput); this script drives it over the browser's own
+// DevTools session with the few calls it needs (RawPage below): evaluate,
+// mouse clicks at an element's centre and key events, as Playwright would.
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -84,16 +92,155 @@ chmodSync(burstFile, 0o644);
 const received = burst.replace(/\n/g, "\r\n");
 const receivedMiB = received.length / (1024 * 1024);
 
+
+/**
+ * A page in a browser context of its own, driven over the browser's DevTools
+ * session (Target.sendMessageToTarget), with none of the instrumentation
+ * Playwright adds to its own pages.
+ */
+class RawPage {
+  #cdp;
+  #session = "";
+  #id = 0;
+  #pending = new Map();
+
+  static async open(cdp, width, height) {
+    const page = new RawPage();
+    page.#cdp = cdp;
+    const { browserContextId } = await cdp.send("Target.createBrowserContext", { disposeOnDetach: true });
+    const { targetId } = await cdp.send("Target.createTarget", { url: "about:blank", browserContextId });
+    const { sessionId } = await cdp.send("Target.attachToTarget", { targetId, flatten: false });
+    page.#session = sessionId;
+    cdp.on("Target.receivedMessageFromTarget", (event) => {
+      if (event.sessionId !== page.#session) return;
+      const message = JSON.parse(event.message);
+      const waiter = message.id === undefined ? undefined : page.#pending.get(message.id);
+      if (waiter === undefined) return;
+      page.#pending.delete(message.id);
+      if (message.error) waiter.reject(new Error(`${waiter.method}: ${message.error.message}`));
+      else waiter.resolve(message.result);
+    });
+    await page.send("Emulation.setDeviceMetricsOverride", { width, height, deviceScaleFactor: 1, mobile: false });
+    await page.send("Emulation.setFocusEmulationEnabled", { enabled: true });
+    return page;
+  }
+
+  send(method, params = {}) {
+    this.#id += 1;
+    const id = this.#id;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject, method });
+      this.#cdp.send("Target.sendMessageToTarget", { sessionId: this.#session, message: JSON.stringify({ id, method, params }) }).catch(reject);
+    });
+  }
+
+  /** Runs `fn(arg)` (or an expression) in the page; awaits a promise; returns the value. */
+  async evaluate(fn, arg) {
+    const expression = typeof fn === "string" ? fn : `(${fn.toString()})(${arg === undefined ? "" : JSON.stringify(arg)})`;
+    const answer = await this.send("Runtime.evaluate", { expression, awaitPromise: true, returnByValue: true });
+    if (answer.exceptionDetails) throw new Error(`evaluate: ${answer.exceptionDetails.exception?.description ?? answer.exceptionDetails.text}`);
+    return answer.result.value;
+  }
+
+  async goto(url) {
+    await this.send("Page.navigate", { url });
+    await this.waitForFunction((href) => document.readyState === "complete" && location.href === href, url, { timeout: 30000 });
+  }
+
+  waitForTimeout(ms) {
+    return new Promise((resolve) => setTimeout(resolve, ms));
+  }
+
+  async waitForFunction(fn, arg, { timeout = 30000 } = {}) {
+    const deadline = Date.now() + timeout;
+    for (;;) {
+      if (await this.evaluate(fn, arg)) return;
+      if (Date.now() > deadline) throw new Error(`waited ${timeout} ms for ${fn.toString().slice(0, 80)}`);
+      await this.waitForTimeout(20);
+    }
+  }
+
+  /** The element of a CSS selector, with Playwright's `:text('…')` and `text=…` understood. */
+  static #finder(selector) {
+    const text = selector.match(/^(.*):text\('(.*)'\)$/);
+    if (text) return { css: text[1], text: text[2] };
+    if (selector.startsWith("text=")) return { css: "button, a", text: selector.slice(5) };
+    return { css: selector, text: null };
+  }
+
+  waitForSelector(selector, { timeout = 30000 } = {}) {
+    const find = RawPage.#finder(selector);
+    return this.waitForFunction(
+      (f) => Array.from(document.querySelectorAll(f.css)).some((e) => f.text === null || (e.textContent ?? "").trim() === f.text),
+      find,
+      { timeout },
+    );
+  }
+
+  async fill(selector, value) {
+    await this.waitForSelector(selector);
+    await this.evaluate(
+      (a) => {
+        const input = document.querySelector(a.selector);
+        input.focus();
+        input.value = a.value;
+        input.dispatchEvent(new Event("input", { bubbles: true }));
+      },
+      { selector, value },
+    );
+  }
+
+  /** A mouse click at the centre of the element, as Playwright clicks. */
+  async click(selector) {
+    await this.waitForSelector(selector);
+    const find = RawPage.#finder(selector);
+    const box = await this.evaluate((f) => {
+      const element = Array.from(document.querySelectorAll(f.css)).find((e) => f.text === null || (e.textContent ?? "").trim() === f.text);
+      element.scrollIntoView({ block: "center" });
+      const r = element.getBoundingClientRect();
+      return { x: r.left + r.width / 2, y: r.top + r.height / 2 };
+    }, find);
+    for (const type of ["mousePressed", "mouseReleased"]) {
+      await this.send("Input.dispatchMouseEvent", { type, x: box.x, y: box.y, button: "left", clickCount: 1 });
+    }
+  }
+
+  get keyboard() {
+    return {
+      press: (key) => this.#press(key),
+      type: async (text) => {
+        for (const ch of text) await this.#press(ch === "\n" ? "Enter" : ch);
+      },
+    };
+  }
+
+  async #press(key) {
+    let event;
+    if (key === "Enter") {
+      event = { key: "Enter", code: "Enter", windowsVirtualKeyCode: 13, text: "\r", unmodifiedText: "\r" };
+    } else if (key === "Control+C") {
+      event = { key: "c", code: "KeyC", windowsVirtualKeyCode: 67, modifiers: 2 };
+    } else if ([...key].length === 1) {
+      const upper = key.toUpperCase();
+      const letter = /^[A-Z]$/.test(upper);
+      event = { key, text: key, unmodifiedText: key, ...(letter ? { code: `Key${upper}`, windowsVirtualKeyCode: upper.charCodeAt(0) } : {}) };
+    } else {
+      throw new Error(`no key ${key}`);
+    }
+    await this.send("Input.dispatchKeyEvent", { type: event.text === undefined ? "rawKeyDown" : "keyDown", ...event });
+    await this.send("Input.dispatchKeyEvent", { type: "keyUp", ...event, text: undefined, unmodifiedText: undefined });
+  }
+}
+
 const xtermSource = readFileSync(createRequire(import.meta.url).resolve("@xterm/xterm/lib/xterm.js"), "utf8");
+const webglSource = readFileSync(createRequire(import.meta.url).resolve("@xterm/addon-webgl/lib/addon-webgl.js"), "utf8");
 
 const browser = await chromium.launch({ executablePath: "/usr/bin/chromium", args: ["--no-sandbox"], env: { ...process.env, HOME: home } });
 let failed = false;
 try {
-  const context = await browser.newContext({ viewport: { width: 1100, height: 700 } });
-  const page = await context.newPage();
-  const cdp = await context.newCDPSession(page);
-  await cdp.send("WebAuthn.enable");
-  await cdp.send("WebAuthn.addVirtualAuthenticator", {
+  const page = await RawPage.open(await browser.newBrowserCDPSession(), 1100, 700);
+  await page.send("WebAuthn.enable");
+  await page.send("WebAuthn.addVirtualAuthenticator", {
     options: { protocol: "ctap2", transport: "internal", hasResidentKey: true, hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true },
   });
 
@@ -215,6 +362,10 @@ try {
   step("16 MiB burst");
   // A Terminal of the same options and size as the console's, beside it.
   await page.evaluate(xtermSource);
+  await page.evaluate(webglSource);
+  // The same renderer as the console's (D-702), in the comparison too.
+  const renderer = await page.evaluate(() => document.querySelector("[data-renderer]")?.getAttribute("data-renderer"));
+  figure("console_renderer_webgl", renderer === "webgl" ? 1 : 0, "bool");
   await page.click(".terminal-host");
   await page.keyboard.type("echo SIZE=$(stty size | tr ' ' x)\n");
   let size = null;
@@ -261,6 +412,7 @@ try {
           document.body.append(holder);
           const term = new window.Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 14, allowProposedApi: false, convertEol: false, cols: input.cols, rows: input.rows });
           term.open(holder);
+          if (input.renderer === "webgl") term.loadAddon(new window.WebglAddon.WebglAddon());
           const t0 = performance.now();
           const chunk = 64 * 1024;
           let at = 0;
@@ -283,7 +435,7 @@ try {
           };
           next();
         }),
-      { data: received, cols, rows },
+      { data: received, cols, rows, renderer },
     );
     memory.push(receivedMiB / (took / 1000));
   }

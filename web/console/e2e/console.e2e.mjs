@@ -186,6 +186,19 @@ try {
   tamper = "record";
   await page.click("tr[data-host] button:text('Open')");
   await page.waitForSelector(".xterm-rows", { timeout: 30000 });
+  // The renderer (D-702): this headless Chromium draws WebGL in software
+  // (SwiftShader) or not at all, so the console keeps the DOM renderer; the
+  // WebGL one on a GPU is listed in tests/catalogue.yaml.
+  const drawing = await page.evaluate(() => {
+    const gl = document.createElement("canvas").getContext("webgl2");
+    const info = gl?.getExtension("WEBGL_debug_renderer_info");
+    return {
+      renderer: document.querySelector("[data-renderer]")?.getAttribute("data-renderer"),
+      gl: gl && info ? String(gl.getParameter(info.UNMASKED_RENDERER_WEBGL)) : gl ? "webgl2 without renderer info" : "no webgl2",
+    };
+  });
+  console.log(`renderer: ${drawing.renderer} (WebGL here: ${drawing.gl})`);
+  if (drawing.renderer !== "dom") throw new Error(`expected the DOM renderer beside a software WebGL, got ${JSON.stringify(drawing)}`);
   // The rendered rows of the xterm buffer, one line each.
   const screenOf = (p) =>
     p.evaluate(() =>

@@ -1,77 +1,47 @@
-// One terminal session in the tab (spec 24, 6.1 steps 5-7, 5.2, 5.4): the
-// device stream on the same origin (the cookie authenticates the upgrade,
-// identify carries no token), Noise NK as initiator with the host key of
-// the grant, `start` with the size, then data, resize, exit and the close.
-// The console's twin of crates/cli/src/terminal.rs.
+// One terminal session's device stream (spec 24, 6.1 steps 5-7, 5.2, 5.4),
+// run inside the stream worker (stream_worker.ts, docs/decisions.md D-700)
+// over the page's WebSocket (a StreamSocket): the device stream on the same
+// origin (the cookie authenticates the upgrade, identify carries no token),
+// Noise NK as initiator with the host key of the grant, `start` with the
+// size, then data, resize, exit and the close. The output passes the filter
+// of 11.2 here, before it leaves the worker. The console's twin of
+// crates/cli/src/terminal.rs.
 import { Initiator, MAX_MESSAGE_LEN, type Transport } from "./noise/index.js";
 import { fromBase64 } from "./bytes.js";
 import { decodeHostFrame, encodeClose, encodeData, encodeResize, encodeStart, MAX_DATA_LEN } from "./frames.js";
 import { OutputFilter } from "./filter/index.js";
 import type { StreamEnd } from "./close.js";
-
-/** What open and attach answer. */
-export interface Grant {
-  session_id: string;
-  token: string;
-  noise_public_key: string;
-  key_generation: number;
-  key_fingerprint: string;
-  stream_path: string;
-}
-
-export function readGrant(value: unknown): Grant {
-  if (typeof value !== "object" || value === null) throw new Error("The grant was not an object.");
-  const v = value as Record<string, unknown>;
-  for (const key of ["session_id", "token", "noise_public_key", "key_fingerprint", "stream_path"]) {
-    if (typeof v[key] !== "string") throw new Error(`The grant lacks ${key}.`);
-  }
-  if (typeof v.key_generation !== "number") throw new Error("The grant lacks key_generation.");
-  if (!/^\/api\/v1\/terminal\/sessions\/[0-9a-f-]{36}\/stream$/.test(v.stream_path as string)) {
-    throw new Error("The grant's stream path is not a device stream.");
-  }
-  return v as unknown as Grant;
-}
-
-export interface SessionEvents {
-  /** A wait of the handshake ("Connecting…", "Host handshake…"). */
-  status(text: string): void;
-  /** Filtered output for the terminal. */
-  output(bytes: Uint8Array): void;
-  replay(begin: boolean): void;
-  exit(code: number): void;
-  /** The end of the stream: its close code and text (1006 for a lost connection). */
-  end(end: StreamEnd, exitCode: number | null): void;
-}
+import { HandshakeEnd, SOCKET_OPEN, type Grant, type SessionEvents, type StreamSocket } from "./stream_protocol.js";
 
 const HANDSHAKE_WAIT_MS = 30_000;
 
-/** A connected, started session. */
-export class TerminalConnection {
-  readonly #socket: WebSocket;
+/** A connected, started device stream. */
+export class StreamConnection {
+  readonly #socket: StreamSocket;
   readonly #transport: Transport;
   readonly #events: SessionEvents;
   readonly #filter = new OutputFilter();
   #exitCode: number | null = null;
   #ended = false;
 
-  private constructor(socket: WebSocket, transport: Transport, events: SessionEvents) {
+  private constructor(socket: StreamSocket, transport: Transport, events: SessionEvents) {
     this.#socket = socket;
     this.#transport = transport;
     this.#events = events;
   }
 
-  /** Connects the device stream of `grant`, runs the handshake, sends `start`. */
-  static connect(grant: Grant, hostId: string, ephemeralPrivate: Uint8Array, columns: number, rows: number, events: SessionEvents): Promise<TerminalConnection> {
-    const url = new URL(grant.stream_path, window.location.href);
-    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  /**
+   * Runs the handshake of `grant` on `socket`, the device stream being
+   * connected, and sends `start`. Rejects with {@link HandshakeEnd} when the
+   * stream closes first.
+   */
+  static connect(socket: StreamSocket, grant: Grant, hostId: string, ephemeralPrivate: Uint8Array, columns: number, rows: number, events: SessionEvents): Promise<StreamConnection> {
     const hostKey = fromBase64(grant.noise_public_key);
     const initiator = Initiator.create(grant.session_id, hostId, hostKey, ephemeralPrivate);
     events.status("Connecting to the server…");
-    const socket = new WebSocket(url.href);
-    socket.binaryType = "arraybuffer";
     return new Promise((resolve, reject) => {
       let phase: "identify" | "ready" | "message2" | "running" = "identify";
-      let connection: TerminalConnection | null = null;
+      let connection: StreamConnection | null = null;
       const timer = setTimeout(() => fail({ code: 1006, reason: "" }), HANDSHAKE_WAIT_MS);
       const fail = (end: StreamEnd) => {
         clearTimeout(timer);
@@ -90,7 +60,7 @@ export class TerminalConnection {
         phase = "ready";
         events.status("Waiting for the server…");
       };
-      socket.onmessage = (event: MessageEvent) => {
+      socket.onmessage = (event: { data: unknown }) => {
         if (connection !== null) {
           connection.#receive(event.data);
           return;
@@ -120,12 +90,12 @@ export class TerminalConnection {
           }
           clearTimeout(timer);
           phase = "running";
-          connection = new TerminalConnection(socket, transport, events);
+          connection = new StreamConnection(socket, transport, events);
           connection.#sendFrame(encodeStart(columns, rows));
           resolve(connection);
         }
       };
-      socket.onclose = (event: CloseEvent) => {
+      socket.onclose = (event: { code: number; reason: string }) => {
         if (connection !== null) {
           connection.#closed({ code: event.code, reason: event.reason });
         } else {
@@ -139,7 +109,7 @@ export class TerminalConnection {
   }
 
   #sendFrame(plain: Uint8Array): void {
-    if (this.#ended || this.#socket.readyState !== WebSocket.OPEN) {
+    if (this.#ended || this.#socket.readyState !== SOCKET_OPEN) {
       return;
     }
     this.#socket.send(this.#transport.writeMessage(plain));
@@ -159,12 +129,6 @@ export class TerminalConnection {
   /** Ends the session (the frame `close`); the server answers with 4100. */
   closeSession(): void {
     this.#sendFrame(encodeClose());
-  }
-
-  /** Leaves the session detached on the server (a close without the frame). */
-  detach(): void {
-    this.#ended = true;
-    this.#socket.close(1000);
   }
 
   #receive(data: unknown): void {
@@ -222,16 +186,6 @@ export class TerminalConnection {
     const rest = this.#filter.finish();
     if (rest.length > 0) this.#events.output(rest);
     this.#events.end(end, this.#exitCode);
-  }
-}
-
-/** The handshake ended before the session ran. */
-export class HandshakeEnd extends Error {
-  readonly end: StreamEnd;
-  constructor(end: StreamEnd) {
-    super(`the stream closed during the handshake (${end.code})`);
-    this.name = "HandshakeEnd";
-    this.end = end;
   }
 }
 

@@ -6,6 +6,7 @@
 // device key, so quick reattach never applies to it, 6.2).
 import { Terminal } from "@xterm/xterm";
 import { FitAddon } from "@xterm/addon-fit";
+import { WebglAddon } from "@xterm/addon-webgl";
 
 import { ApiError, asObject, explain, expectStrings, request } from "./api/client.js";
 import { assertPasskey, passkeysSupported } from "./webauthn.js";
@@ -139,6 +140,40 @@ export async function resumeAttached(me: Me): Promise<boolean> {
 }
 
 /** Opens (or attaches) and runs the terminal view. `status` shows the waits before the view. */
+/**
+ * xterm.js's WebGL renderer where the browser draws WebGL 2 on a GPU, else
+ * its DOM renderer (D-702): a software rasterizer (SwiftShader, llvmpipe)
+ * drew a burst here seven times slower than the DOM. A lost WebGL context
+ * falls back to the DOM renderer for the rest of the view. The terminal's
+ * element says which one draws (`data-renderer`).
+ */
+function useWebgl(term: Terminal, container: HTMLElement): void {
+  container.dataset.renderer = "dom";
+  if (!gpuWebgl()) return;
+  let webgl: WebglAddon;
+  try {
+    webgl = new WebglAddon();
+    term.loadAddon(webgl);
+  } catch {
+    return;
+  }
+  container.dataset.renderer = "webgl";
+  webgl.onContextLoss(() => {
+    webgl.dispose();
+    container.dataset.renderer = "dom";
+  });
+}
+
+/** Whether WebGL 2 is there and drawn by a GPU, not by a software rasterizer. */
+function gpuWebgl(): boolean {
+  const gl = document.createElement("canvas").getContext("webgl2");
+  if (gl === null) return false;
+  const info = gl.getExtension("WEBGL_debug_renderer_info");
+  const renderer = info === null ? "" : String(gl.getParameter(info.UNMASKED_RENDERER_WEBGL));
+  gl.getExtension("WEBGL_lose_context")?.loseContext();
+  return renderer !== "" && !/swiftshader|llvmpipe|softpipe|software/i.test(renderer);
+}
+
 export async function openTerminal(me: Me, host: HostInfo, target: Target, status: HTMLElement, resumed = false): Promise<void> {
   try {
     if ("profile" in target && !(await foreignAssigneeConfirmed(me, host, status))) {
@@ -249,6 +284,7 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
   const fit = new FitAddon();
   term.loadAddon(fit);
   term.open(container);
+  useWebgl(term, container);
   fit.fit();
 
   let connection: TerminalConnection | null = null;
@@ -374,7 +410,7 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
       sessionStorage.setItem(ATTACHED_KEY, JSON.stringify({ session_id: sessionId, host_id: host.id }));
       connection = await TerminalConnection.connect(granted.grant, host.id, granted.ephemeral, term.cols, term.rows, {
         status: (text) => status.replaceChildren(progress(text)),
-        output: (bytes) => term.write(bytes),
+        output: (bytes, written) => term.write(bytes, written),
         replay: (begin) => {
           if (begin) {
             term.reset();

@@ -51,7 +51,7 @@ macro_rules! asset {
 
 /// Every file of `web/console/dist` (a test checks the folder holds exactly
 /// these, so a new output of the build cannot go unserved).
-pub const ASSETS: [Asset; 3] = [
+pub const ASSETS: [Asset; 4] = [
     asset!("/", "index.html", "text/html; charset=utf-8"),
     asset!(
         "/assets/console.js",
@@ -63,13 +63,22 @@ pub const ASSETS: [Asset; 3] = [
         "assets/console.css",
         "text/css; charset=utf-8"
     ),
+    asset!(
+        "/assets/stream-worker.js",
+        "assets/stream-worker.js",
+        "text/javascript; charset=utf-8"
+    ),
 ];
 
 /// The Content-Security-Policy of every console response. `style-src` allows
 /// inline styles because xterm.js writes `<style>` elements and style
 /// attributes for its cells (D-401); script stays `'self'` only, no `eval`.
+/// `worker-src 'self'`: the stream worker of each session (D-700), and no
+/// other (a worker's own response carries this policy too, so its
+/// `connect-src 'self'` bounds the device stream it opens).
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; \
      script-src 'self'; \
+     worker-src 'self'; \
      style-src 'self' 'unsafe-inline'; \
      img-src 'self' data:; \
      font-src 'self'; \
@@ -133,6 +142,20 @@ pub async fn script() -> Response {
 )]
 pub async fn style() -> Response {
     serve(ASSETS[2])
+}
+
+/// The stream worker of a session in the console (D-700).
+#[utoipa::path(
+    get,
+    path = "/assets/stream-worker.js",
+    operation_id = "getConsoleStreamWorker",
+    tag = "console",
+    responses((status = 200, description = "The stream worker of a console session: the \
+        device stream, Noise NK and the output filter beside the page's thread (D-700).",
+        body = String, content_type = "text/javascript; charset=utf-8"))
+)]
+pub async fn stream_worker() -> Response {
+    serve(ASSETS[3])
 }
 
 fn serve(asset: Asset) -> Response {

@@ -60,6 +60,7 @@ pub fn api() -> OpenApiRouter<AppState> {
         .routes(routes!(console::page))
         .routes(routes!(console::script))
         .routes(routes!(console::style))
+        .routes(routes!(console::stream_worker))
         .merge(routes::router());
     api_doc::code_members(api.get_openapi_mut());
     api

@@ -1132,6 +1132,23 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/assets/stream-worker.js": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /** The stream worker of a session in the console (D-700). */
+        get: operations["getConsoleStreamWorker"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/healthz": {
         parameters: {
             query?: never;
@@ -7095,6 +7112,26 @@ export interface operations {
         requestBody?: never;
         responses: {
             /** @description The console's script, built by esbuild and embedded at build time (D-400). */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/javascript; charset=utf-8": string;
+                };
+            };
+        };
+    };
+    getConsoleStreamWorker: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The stream worker of a console session: the device stream, Noise NK and the output filter beside the page's thread (D-700). */
             200: {
                 headers: {
                     [name: string]: unknown;

@@ -1,0 +1,151 @@
+// The stream worker (assets/stream-worker.js, docs/decisions.md D-700): one
+// per session in the tab. It holds the Noise transport, the frames and the
+// output filter of 11.2, so that decrypting and filtering a burst of output
+// runs beside the page's thread, which only moves messages and renders. The
+// WebSocket stays the page's (session.ts): the worker sees it through
+// messages, in order. What leaves the worker for the terminal is filtered
+// output and the session's events, in order.
+import { StreamConnection } from "./stream.js";
+import { HandshakeEnd, SOCKET_OPEN, type FromWorker, type SessionEvents, type StreamSocket, type ToWorker } from "./stream_protocol.js";
+
+interface WorkerScope {
+  onmessage: ((event: MessageEvent<ToWorker>) => void) | null;
+  postMessage(message: FromWorker, transfer?: Transferable[]): void;
+  close(): void;
+}
+
+const scope = globalThis as unknown as WorkerScope;
+
+/** `bytes` as a view of a buffer of its own, to hand over without a copy. */
+function owned(bytes: Uint8Array): Uint8Array {
+  return bytes.byteOffset === 0 && bytes.byteLength === bytes.buffer.byteLength ? bytes : bytes.slice();
+}
+
+/**
+ * Output waiting to go to the page. One batch is in flight at a time: the
+ * page says when the terminal has parsed it (`output_written`), and what the
+ * socket brought meanwhile goes next as one transfer and one write of the
+ * terminal (D-700). Output with nothing in flight (an echo) goes at once.
+ * Every other message to the page goes after the output before it.
+ */
+const OUTPUT_IN_FLIGHT_MAX = 1024 * 1024;
+let batch: Uint8Array[] = [];
+let batched = 0;
+let inFlight = false;
+
+function flushOutput(): void {
+  if (batched === 0) return;
+  let bytes: Uint8Array;
+  if (batch.length === 1 && batch[0] !== undefined) {
+    bytes = owned(batch[0]);
+  } else {
+    bytes = new Uint8Array(batched);
+    let at = 0;
+    for (const piece of batch) {
+      bytes.set(piece, at);
+      at += piece.length;
+    }
+  }
+  batch = [];
+  batched = 0;
+  inFlight = true;
+  scope.postMessage({ op: "output", bytes } satisfies FromWorker, [bytes.buffer as ArrayBuffer]);
+}
+
+function post(message: FromWorker, transfer: Transferable[] = []): void {
+  flushOutput();
+  scope.postMessage(message, transfer);
+}
+
+function queueOutput(bytes: Uint8Array): void {
+  if (bytes.length === 0) return;
+  batch.push(bytes);
+  batched += bytes.length;
+  // Bounded here: beyond the limit the terminal's own queue holds it.
+  if (!inFlight || batched >= OUTPUT_IN_FLIGHT_MAX) flushOutput();
+}
+
+/** The page's WebSocket, as the worker sees it. */
+class PageSocket implements StreamSocket {
+  readyState = 0;
+  onopen: (() => void) | null = null;
+  onmessage: ((event: { data: unknown }) => void) | null = null;
+  onclose: ((event: { code: number; reason: string }) => void) | null = null;
+  onerror: (() => void) | null = null;
+
+  send(data: string | Uint8Array): void {
+    if (typeof data === "string") {
+      post({ op: "socket_send", data });
+    } else {
+      const bytes = owned(data);
+      post({ op: "socket_send", data: bytes }, [bytes.buffer as ArrayBuffer]);
+    }
+  }
+
+  close(code: number): void {
+    if (this.readyState === 3) return;
+    this.readyState = 2;
+    post({ op: "socket_close", code });
+  }
+}
+
+const socket = new PageSocket();
+let connection: StreamConnection | null = null;
+let connecting = false;
+
+const events: SessionEvents = {
+  status: (text) => post({ op: "status", text }),
+  output: queueOutput,
+  replay: (begin) => post({ op: "replay", begin }),
+  exit: (code) => post({ op: "exit", code }),
+  end: (end, exitCode) => post({ op: "end", end, exitCode }),
+};
+
+scope.onmessage = (event: MessageEvent<ToWorker>) => {
+  const message = event.data;
+  switch (message.op) {
+    case "connect":
+      if (connecting) return;
+      connecting = true;
+      StreamConnection.connect(socket, message.grant, message.hostId, message.ephemeralPrivate, message.columns, message.rows, events).then(
+        (connected) => {
+          connection = connected;
+          post({ op: "connected" });
+        },
+        (error: unknown) => {
+          if (error instanceof HandshakeEnd) {
+            post({ op: "handshake_end", end: error.end });
+          } else {
+            post({ op: "failed", message: error instanceof Error ? error.message : String(error) });
+          }
+        },
+      );
+      // The initiator keeps a copy of its own.
+      message.ephemeralPrivate.fill(0);
+      break;
+    case "output_written":
+      inFlight = false;
+      flushOutput();
+      break;
+    case "socket_open":
+      socket.readyState = SOCKET_OPEN;
+      socket.onopen?.();
+      break;
+    case "socket_message":
+      socket.onmessage?.({ data: message.data });
+      break;
+    case "socket_close":
+      socket.readyState = 3;
+      socket.onclose?.({ code: message.code, reason: message.reason });
+      break;
+    case "send":
+      connection?.send(message.bytes);
+      break;
+    case "resize":
+      connection?.resize(message.columns, message.rows);
+      break;
+    case "close_session":
+      connection?.closeSession();
+      break;
+  }
+};
