@@ -479,6 +479,30 @@ try {
   await page.fill("input[name=password]", "a console password 2026");
   await page.click("#login button[type=submit]");
   await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+
+  step("another passkey from the console: a step-up with the first, the new one on another authenticator, then a login with it");
+  await page.click("button:text('Add a passkey')");
+  await page.waitForSelector("[data-add-passkey='create']", { timeout: 30000 });
+  // The new passkey lives on a second authenticator; the first goes away, so
+  // the login below can only be the new passkey's.
+  const spare = await cdp.send("WebAuthn.addVirtualAuthenticator", {
+    options: { protocol: "ctap2", transport: "usb", hasResidentKey: true, hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true },
+  });
+  await cdp.send("WebAuthn.removeVirtualAuthenticator", { authenticatorId });
+  await page.click("[data-add-passkey='create']");
+  await page.waitForSelector("[data-notice='another-passkey-added']", { timeout: 30000 });
+  const spareCredentials = (await cdp.send("WebAuthn.getCredentials", { authenticatorId: spare.authenticatorId })).credentials;
+  if (spareCredentials.length !== 1) throw new Error(`the new passkey: ${spareCredentials.length} credentials on the spare authenticator`);
+  const signedBefore = spareCredentials[0].signCount;
+  await page.click("button:text('Log out')");
+  await page.waitForSelector("#login", { timeout: 30000 });
+  await page.fill("input[name=username]", owner);
+  await page.fill("input[name=password]", "a console password 2026");
+  await page.click("#login button[type=submit]");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  if ((await cdp.send("WebAuthn.getCredentials", { authenticatorId: spare.authenticatorId })).credentials[0].signCount <= signedBefore) {
+    throw new Error("the login did not use the new passkey");
+  }
   await page.click("button:text('Log out')");
   await page.waitForSelector("#login", { timeout: 30000 });
 

@@ -6,7 +6,7 @@ import { assertPasskey, createPasskey, passkeysSupported } from "./webauthn.js";
 import { deletePins } from "./pins.js";
 import { groupsOfFour, h, progress } from "./dom.js";
 import { qrSvg, totpSecret } from "./qr.js";
-import { openTerminal, resumeAttached, type HostInfo, type Me } from "./terminal_view.js";
+import { openTerminal, passkeyStepUp, resumeAttached, type HostInfo, type Me } from "./terminal_view.js";
 
 let root: HTMLElement;
 
@@ -383,7 +383,7 @@ async function hostsPage(me: Me): Promise<void> {
       "header",
       { class: "bar" },
       h("h1", {}, "Hosts"),
-      h("div", { class: "row" }, h("span", { class: "muted" }, me.username), h("button", { onclick: () => navigate("#/hosts") }, "Reload"), h("button", { onclick: () => void logout() }, "Log out")),
+      h("div", { class: "row" }, h("span", { class: "muted" }, me.username), h("button", { onclick: () => navigate("#/hosts") }, "Reload"), h("button", { onclick: () => void addPasskey(status) }, "Add a passkey"), h("button", { onclick: () => void logout() }, "Log out")),
     ),
     status,
     hosts.length === 0
@@ -396,6 +396,34 @@ async function hostsPage(me: Me): Promise<void> {
         ),
     h("p", { class: "muted" }, BROWSER_PIN_NOTE),
   );
+}
+
+/**
+ * Another passkey for the person logged in (a second device, a spare): a
+ * step-up with a passkey they have, which the registration consumes, then
+ * the new one on a click of its own (the browser may want a fresh gesture
+ * for it, and the person may have to pick another authenticator).
+ */
+async function addPasskey(status: HTMLElement): Promise<void> {
+  try {
+    const stepUpId = await passkeyStepUp(status);
+    // Without a passkey the step-up showed its notice.
+    if (stepUpId === null) return;
+    const start = asObject(await request("POST", "/api/v1/auth/passkeys/start", { step_up_id: stepUpId }), "passkey challenge");
+    const challenge = expectStrings(start, ["challenge_id"] as const, "passkey challenge");
+    await new Promise<void>((resolve) => {
+      status.replaceChildren(
+        h("p", {}, "Confirmed. Now create the new passkey; pick the device or security key it should live on when the browser asks."),
+        h("button", { "data-add-passkey": "create", onclick: () => resolve() }, "Create the new passkey"),
+      );
+    });
+    status.replaceChildren(progress("Create the new passkey when the browser asks…"));
+    const credential = await createPasskey(start.options);
+    await request("POST", "/api/v1/auth/passkeys/finish", { challenge_id: challenge.challenge_id, credential });
+    status.replaceChildren(h("p", { class: "notice", "data-notice": "another-passkey-added" }, "The new passkey is added. You can log in and step up with any of your passkeys."));
+  } catch (error) {
+    status.replaceChildren(errorBox(error));
+  }
 }
 
 async function closeSession(sessionId: string, status: HTMLElement, me: Me): Promise<void> {

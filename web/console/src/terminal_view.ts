@@ -72,7 +72,7 @@ async function foreignAssigneeConfirmed(me: Me, host: HostInfo, status: HTMLElem
 }
 
 /** The passkey step-up; its step_up_id, or null after a notice. */
-async function passkeyStepUp(status: HTMLElement): Promise<string | null> {
+export async function passkeyStepUp(status: HTMLElement): Promise<string | null> {
   if (!passkeysSupported()) {
     status.replaceChildren(h("p", { class: "notice", "data-notice": "no-passkey" }, "This browser offers no passkeys. The console's step-up takes a passkey only; use the bothy command-line client."));
     return null;
