@@ -31,6 +31,7 @@ const INFALLIBLE: &[&str] = &[
     "getConsolePage",
     "getConsoleScript",
     "getConsoleStyle",
+    "getConsoleStreamWorker",
 ];
 
 /// The operations that take no credential.
@@ -39,6 +40,7 @@ const PUBLIC_OPERATIONS: &[&str] = &[
     "getConsolePage",
     "getConsoleScript",
     "getConsoleStyle",
+    "getConsoleStreamWorker",
     "readyz",
     "metrics",
     "getOpenApi",
