@@ -617,6 +617,14 @@ impl Stream {
 /// flushes (as the relay's writer, D-451).
 const BATCH_BYTES: usize = 256 * 1024;
 
+/// A batch of at least this much output is part of a stream (a `cat`, a
+/// build's log), not of typing (an echo, a prompt): D-704.
+const STREAM_BATCH_BYTES: usize = 2048;
+
+/// While output streams, how long a batch waits for more output to fill its
+/// last `data` frame (D-704). The first batch of a stream never waits.
+const STREAM_FILL_WAIT: Duration = Duration::from_millis(2);
+
 /// Encrypts and sends the frames toward the device until the core and the link
 /// let go of the channel or a close is asked for. What is queued when the
 /// writer wakes goes out as one batch with one flush, and consecutive output
@@ -629,6 +637,8 @@ async fn writer(
     mut frames: mpsc::Receiver<OutFrame>,
     mut close_rx: oneshot::Receiver<(u16, &'static str)>,
 ) {
+    // When the last batch that was part of a stream went out.
+    let mut streamed_at: Option<Instant> = None;
     loop {
         tokio::select! {
             biased;
@@ -646,8 +656,12 @@ async fn writer(
                     }
                     return;
                 };
-                if send_batch(&mut tx, &transport, frame, &mut frames).await.is_err() {
-                    return;
+                let streaming = streamed_at
+                    .is_some_and(|at| at.elapsed() <= STREAM_FILL_WAIT);
+                match send_batch(&mut tx, &transport, frame, &mut frames, streaming).await {
+                    Ok(taken) if taken >= STREAM_BATCH_BYTES => streamed_at = Some(Instant::now()),
+                    Ok(_) => streamed_at = None,
+                    Err(()) => return,
                 }
             }
         }
@@ -655,13 +669,18 @@ async fn writer(
 }
 
 /// Sends `first` and what else is queued now (up to [`BATCH_BYTES`] of
-/// output), flushes once, then signals the flush markers of the batch.
+/// output), flushes once, then signals the flush markers of the batch; the
+/// bytes of output it took. While output `streaming` (D-704), a last `data`
+/// frame that is not full waits up to [`STREAM_FILL_WAIT`] for more output;
+/// any other frame ends the wait.
 async fn send_batch(
     tx: &mut WsTx,
     transport: &Mutex<Transport>,
     first: OutFrame,
     frames: &mut mpsc::Receiver<OutFrame>,
-) -> Result<(), ()> {
+    streaming: bool,
+) -> Result<usize, ()> {
+    let fill_until = streaming.then(|| Instant::now() + STREAM_FILL_WAIT);
     let mut output: Vec<u8> = Vec::new();
     let mut markers: Vec<core::FlushAck> = Vec::new();
     let mut taken = 0usize;
@@ -697,6 +716,15 @@ async fn send_batch(
         }
         if taken < BATCH_BYTES {
             next = frames.try_recv().ok();
+            if let (None, Some(until)) = (&next, fill_until)
+                && !output.is_empty()
+                && markers.is_empty()
+            {
+                next = tokio::time::timeout_at(until, frames.recv())
+                    .await
+                    .ok()
+                    .flatten();
+            }
         }
     }
     send_output(tx, transport, &output).await?;
@@ -705,7 +733,7 @@ async fn send_batch(
     for written in markers {
         written.done();
     }
-    Ok(())
+    Ok(taken)
 }
 
 /// Queues `bytes` of output as `data` frames of at most [`MAX_DATA_LEN`].
