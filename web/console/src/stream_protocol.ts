@@ -51,8 +51,10 @@ export class HandshakeEnd extends Error {
   }
 }
 
-/** `readyState` of an open socket (WebSocket.OPEN). */
+/** `readyState` of a socket, as WebSocket's. */
 export const SOCKET_OPEN = 1;
+export const SOCKET_CLOSING = 2;
+export const SOCKET_CLOSED = 3;
 
 /**
  * What the stream needs of its WebSocket: the page's real one, seen from the

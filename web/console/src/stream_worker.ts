@@ -6,7 +6,7 @@
 // messages, in order. What leaves the worker for the terminal is filtered
 // output and the session's events, in order.
 import { StreamConnection } from "./stream.js";
-import { HandshakeEnd, SOCKET_OPEN, type FromWorker, type SessionEvents, type StreamSocket, type ToWorker } from "./stream_protocol.js";
+import { HandshakeEnd, SOCKET_CLOSED, SOCKET_CLOSING, SOCKET_OPEN, type FromWorker, type SessionEvents, type StreamSocket, type ToWorker } from "./stream_protocol.js";
 
 interface WorkerScope {
   onmessage: ((event: MessageEvent<ToWorker>) => void) | null;
@@ -52,6 +52,7 @@ function flushOutput(): void {
   scope.postMessage({ op: "output", bytes } satisfies FromWorker, [bytes.buffer as ArrayBuffer]);
 }
 
+/** An event of the session for the page: after the output before it. */
 function post(message: FromWorker, transfer: Transferable[] = []): void {
   flushOutput();
   scope.postMessage(message, transfer);
@@ -73,19 +74,20 @@ class PageSocket implements StreamSocket {
   onclose: ((event: { code: number; reason: string }) => void) | null = null;
   onerror: (() => void) | null = null;
 
+  // What goes to the socket needs no order with the output to the terminal.
   send(data: string | Uint8Array): void {
     if (typeof data === "string") {
-      post({ op: "socket_send", data });
+      scope.postMessage({ op: "socket_send", data });
     } else {
       const bytes = owned(data);
-      post({ op: "socket_send", data: bytes }, [bytes.buffer as ArrayBuffer]);
+      scope.postMessage({ op: "socket_send", data: bytes }, [bytes.buffer as ArrayBuffer]);
     }
   }
 
   close(code: number): void {
-    if (this.readyState === 3) return;
-    this.readyState = 2;
-    post({ op: "socket_close", code });
+    if (this.readyState === SOCKET_CLOSED) return;
+    this.readyState = SOCKET_CLOSING;
+    scope.postMessage({ op: "socket_close", code });
   }
 }
 
@@ -135,7 +137,7 @@ scope.onmessage = (event: MessageEvent<ToWorker>) => {
       socket.onmessage?.({ data: message.data });
       break;
     case "socket_close":
-      socket.readyState = 3;
+      socket.readyState = SOCKET_CLOSED;
       socket.onclose?.({ code: message.code, reason: message.reason });
       break;
     case "send":

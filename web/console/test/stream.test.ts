@@ -7,7 +7,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 
 import { StreamConnection } from "../src/stream.js";
-import { HandshakeEnd, SOCKET_OPEN, type Grant, type SessionEvents, type StreamSocket } from "../src/stream_protocol.js";
+import { HandshakeEnd, SOCKET_CLOSED, SOCKET_OPEN, type Grant, type SessionEvents, type StreamSocket } from "../src/stream_protocol.js";
 import { publicKey, randomPrivateKey, Responder, type Transport } from "../src/noise/index.js";
 import { toBase64Url } from "../src/bytes.js";
 
@@ -43,7 +43,7 @@ class PlayedSocket implements StreamSocket {
   }
 
   end(code: number, reason: string): void {
-    this.readyState = 3;
+    this.readyState = SOCKET_CLOSED;
     this.onclose?.({ code, reason });
   }
 }

@@ -26,7 +26,7 @@ use bothy_proto::data::{self, Hello, ServerValues};
 use bothy_proto::frame::{Direction, Frame, MAX_DATA_LEN, TerminalSize};
 use bothy_proto::jws::{Att, HostAuthClaims};
 use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{Sink, SinkExt, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
@@ -673,8 +673,8 @@ async fn writer(
 /// bytes of output it took. While output `streaming` (D-704), a last `data`
 /// frame that is not full waits up to [`STREAM_FILL_WAIT`] for more output;
 /// any other frame ends the wait.
-async fn send_batch(
-    tx: &mut WsTx,
+async fn send_batch<S: Sink<Message> + Unpin>(
+    tx: &mut S,
     transport: &Mutex<Transport>,
     first: OutFrame,
     frames: &mut mpsc::Receiver<OutFrame>,
@@ -737,7 +737,11 @@ async fn send_batch(
 }
 
 /// Queues `bytes` of output as `data` frames of at most [`MAX_DATA_LEN`].
-async fn send_output(tx: &mut WsTx, transport: &Mutex<Transport>, bytes: &[u8]) -> Result<(), ()> {
+async fn send_output<S: Sink<Message> + Unpin>(
+    tx: &mut S,
+    transport: &Mutex<Transport>,
+    bytes: &[u8],
+) -> Result<(), ()> {
     for chunk in bytes.chunks(MAX_DATA_LEN) {
         let plain = Frame::Data(chunk)
             .to_vec(Direction::HostToDevice)
@@ -748,7 +752,11 @@ async fn send_output(tx: &mut WsTx, transport: &Mutex<Transport>, bytes: &[u8]) 
 }
 
 /// Encrypts one frame and queues it on the WebSocket (no flush).
-async fn send_message(tx: &mut WsTx, transport: &Mutex<Transport>, plain: &[u8]) -> Result<(), ()> {
+async fn send_message<S: Sink<Message> + Unpin>(
+    tx: &mut S,
+    transport: &Mutex<Transport>,
+    plain: &[u8],
+) -> Result<(), ()> {
     let message = {
         let mut transport = transport.lock().unwrap_or_else(|p| p.into_inner());
         transport.write_message(plain).map_err(|_| ())?
@@ -795,5 +803,119 @@ mod tests {
         assert!(at <= Instant::now() + Duration::from_secs(60));
         // A time the clock has passed is now.
         assert!(deadline_at(61_000, 1_000) <= Instant::now());
+    }
+
+    /// The host's transport (as the writer holds it) and the device's.
+    fn transports() -> (Mutex<Transport>, Transport) {
+        let host = bothy_noise::StaticKeypair::generate().unwrap();
+        let (session_id, host_id) = (Uuid::from_u128(1), Uuid::from_u128(2));
+        let mut device = bothy_noise::Initiator::new(session_id, host_id, &host.public()).unwrap();
+        let mut responder = Responder::new(session_id, host_id, &host).unwrap();
+        responder
+            .read_message1(&device.write_message1(b"token").unwrap())
+            .unwrap();
+        let (message2, host_transport) = responder.write_message2(b"{}").unwrap();
+        let (_, device_transport) = device.read_message2(&message2).unwrap();
+        (Mutex::new(host_transport), device_transport)
+    }
+
+    /// What the device reads of the sent messages: (frame type, length of
+    /// the frame's body).
+    fn read(device: &mut Transport, sent: &[Message]) -> Vec<(u8, usize)> {
+        sent.iter()
+            .map(|message| {
+                let plain = device.read_message(&message.clone().into_data()).unwrap();
+                (plain[0], plain.len() - 1)
+            })
+            .collect()
+    }
+
+    /// `frame`, sent into the writer's channel `after` from now.
+    fn later(frames: &mpsc::Sender<OutFrame>, after: Duration, frame: OutFrame) {
+        let frames = frames.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            frames.send(frame).await.unwrap();
+        });
+    }
+
+    const CHUNK: usize = 4096;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_batch_outside_a_stream_goes_out_at_once() {
+        let (host, mut device) = transports();
+        let (frames_tx, mut frames) = mpsc::channel(8);
+        later(
+            &frames_tx,
+            Duration::from_millis(1),
+            OutFrame::Data(vec![b'b'; CHUNK]),
+        );
+        let mut sent: Vec<Message> = Vec::new();
+        let started = Instant::now();
+        let first = OutFrame::Data(vec![b'a'; CHUNK]);
+        let taken = send_batch(&mut sent, &host, first, &mut frames, false).await;
+        assert_eq!(taken, Ok(CHUNK));
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(read(&mut device, &sent), [(0x02, CHUNK)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn while_output_streams_the_last_frame_fills_for_up_to_the_wait() {
+        let (host, mut device) = transports();
+        let (frames_tx, mut frames) = mpsc::channel(8);
+        // Within the wait: one frame of both chunks.
+        later(
+            &frames_tx,
+            Duration::from_millis(1),
+            OutFrame::Data(vec![b'b'; CHUNK]),
+        );
+        // After it: the next batch's.
+        later(
+            &frames_tx,
+            STREAM_FILL_WAIT + Duration::from_millis(1),
+            OutFrame::Data(vec![b'c'; CHUNK]),
+        );
+        let mut sent: Vec<Message> = Vec::new();
+        let started = Instant::now();
+        let first = OutFrame::Data(vec![b'a'; CHUNK]);
+        let taken = send_batch(&mut sent, &host, first, &mut frames, true).await;
+        assert_eq!(taken, Ok(2 * CHUNK));
+        assert_eq!(started.elapsed(), STREAM_FILL_WAIT);
+        assert_eq!(read(&mut device, &sent), [(0x02, 2 * CHUNK)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_exit_or_a_flush_marker_ends_the_wait() {
+        let (host, mut device) = transports();
+        let (frames_tx, mut frames) = mpsc::channel(8);
+        // The exit during the wait: the output before it, then the exit, at once.
+        later(&frames_tx, Duration::from_millis(1), OutFrame::Exit(7));
+        let mut sent: Vec<Message> = Vec::new();
+        let started = Instant::now();
+        let first = OutFrame::Data(vec![b'a'; CHUNK]);
+        let taken = send_batch(&mut sent, &host, first, &mut frames, true).await;
+        assert_eq!(taken, Ok(CHUNK));
+        assert_eq!(started.elapsed(), Duration::from_millis(1));
+        assert_eq!(read(&mut device, &sent), [(0x02, CHUNK), (0x05, 4)]);
+
+        // A flush marker queued with the output: nobody waits for it longer.
+        let ack = core::FlushAck::default();
+        frames_tx
+            .send(OutFrame::Flushed(ack.clone()))
+            .await
+            .unwrap();
+        later(
+            &frames_tx,
+            Duration::from_millis(1),
+            OutFrame::Data(vec![b'b'; CHUNK]),
+        );
+        let mut sent: Vec<Message> = Vec::new();
+        let started = Instant::now();
+        let first = OutFrame::Data(vec![b'a'; CHUNK]);
+        let taken = send_batch(&mut sent, &host, first, &mut frames, true).await;
+        assert_eq!(taken, Ok(CHUNK));
+        assert_eq!(started.elapsed(), Duration::ZERO);
+        assert_eq!(read(&mut device, &sent), [(0x02, CHUNK)]);
+        ack.wait().await;
     }
 }

@@ -74,8 +74,8 @@ pub const ASSETS: [Asset; 4] = [
 /// inline styles because xterm.js writes `<style>` elements and style
 /// attributes for its cells (D-401); script stays `'self'` only, no `eval`.
 /// `worker-src 'self'`: the stream worker of each session (D-700), and no
-/// other (a worker's own response carries this policy too, so its
-/// `connect-src 'self'` bounds the device stream it opens).
+/// other (the worker's own response carries this policy too; it opens no
+/// connection, the page holds the device stream's WebSocket).
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; \
      script-src 'self'; \
      worker-src 'self'; \
@@ -150,8 +150,9 @@ pub async fn style() -> Response {
     path = "/assets/stream-worker.js",
     operation_id = "getConsoleStreamWorker",
     tag = "console",
-    responses((status = 200, description = "The stream worker of a console session: the \
-        device stream, Noise NK and the output filter beside the page's thread (D-700).",
+    responses((status = 200, description = "The stream worker of a console session: Noise \
+        NK, the frames and the output filter of its device stream, beside the page's thread \
+        (D-700).",
         body = String, content_type = "text/javascript; charset=utf-8"))
 )]
 pub async fn stream_worker() -> Response {

@@ -7131,7 +7131,7 @@ export interface operations {
         };
         requestBody?: never;
         responses: {
-            /** @description The stream worker of a console session: the device stream, Noise NK and the output filter beside the page's thread (D-700). */
+            /** @description The stream worker of a console session: Noise NK, the frames and the output filter of its device stream, beside the page's thread (D-700). */
             200: {
                 headers: {
                     [name: string]: unknown;
