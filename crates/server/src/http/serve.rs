@@ -248,34 +248,35 @@ async fn watch<E>(
 #[derive(Debug)]
 struct Activity {
     start: Instant,
-    /// Milliseconds since `start` of the last byte read or written, or of the
-    /// last request's start or end.
-    last_ms: AtomicU64,
+    /// Microseconds since `start` of the last byte read or written, or of the
+    /// last request's start or end. (Microseconds, not milliseconds: a time
+    /// cut down to whole milliseconds put a deadline up to 1 ms early.)
+    last_us: AtomicU64,
     /// Requests whose response has not been written in full.
     in_flight: AtomicUsize,
     /// Whether the first request's head arrived.
     seen_request: AtomicBool,
-    /// Milliseconds since `start` when the last request in flight ended.
-    waiting_since_ms: AtomicU64,
+    /// Microseconds since `start` when the last request in flight ended.
+    waiting_since_us: AtomicU64,
 }
 
 impl Activity {
     fn new() -> Activity {
         Activity {
             start: Instant::now(),
-            last_ms: AtomicU64::new(0),
+            last_us: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             seen_request: AtomicBool::new(false),
-            waiting_since_ms: AtomicU64::new(0),
+            waiting_since_us: AtomicU64::new(0),
         }
     }
 
-    fn elapsed_ms(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    fn elapsed_us(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_micros()).unwrap_or(u64::MAX)
     }
 
     fn touch(&self) {
-        self.last_ms.fetch_max(self.elapsed_ms(), Ordering::Relaxed);
+        self.last_us.fetch_max(self.elapsed_us(), Ordering::Relaxed);
     }
 
     fn seen_request(&self) -> bool {
@@ -291,16 +292,16 @@ impl Activity {
 
     /// When the connection is to be closed, as things stand now.
     fn deadline(&self, limits: ConnectionLimits) -> Instant {
-        let at = |ms: u64, timeout: Duration| {
-            self.start + Duration::from_millis(ms).saturating_add(timeout)
+        let at = |us: u64, timeout: Duration| {
+            self.start + Duration::from_micros(us).saturating_add(timeout)
         };
         if self.in_flight.load(Ordering::SeqCst) > 0 {
-            at(self.last_ms.load(Ordering::Relaxed), limits.idle_timeout)
+            at(self.last_us.load(Ordering::Relaxed), limits.idle_timeout)
         } else if !self.seen_request() {
             at(0, limits.header_read_timeout)
         } else {
             at(
-                self.waiting_since_ms.load(Ordering::SeqCst),
+                self.waiting_since_us.load(Ordering::SeqCst),
                 limits.idle_timeout,
             )
         }
@@ -315,8 +316,8 @@ impl Drop for InFlight {
     fn drop(&mut self) {
         // The time first, so the watchdog never sees no request in flight
         // together with an older time.
-        let now = self.0.elapsed_ms();
-        self.0.waiting_since_ms.store(now, Ordering::SeqCst);
+        let now = self.0.elapsed_us();
+        self.0.waiting_since_us.store(now, Ordering::SeqCst);
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
         self.0.touch();
     }
