@@ -168,7 +168,15 @@ async fn run() -> anyhow::Result<()> {
     }
 
     eprintln!("host bench: keystroke echo through bothy");
-    let bothy_echo = bothy_echo(&mut device).await?;
+    // On a task of the runtime, not on the thread that blocks on it: the
+    // device's socket is then read on the worker that polled it, as the
+    // client's own runtime does, without a wake-up of that thread per echo.
+    let (mut device, bothy_echo) = tokio::spawn(async move {
+        let echo = bothy_echo(&mut device).await;
+        (device, echo)
+    })
+    .await?;
+    let bothy_echo = bothy_echo?;
     eprintln!("host bench: keystroke echo on a direct PTY");
     let direct_echo = direct_pty_echo()?;
     let ssh_echo = sshd.as_ref().map(|sshd| {

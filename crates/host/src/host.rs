@@ -587,8 +587,13 @@ impl Helpers {
     /// One attempt: the main PID the service manager reports now, the
     /// connection, the peer check.
     async fn connect_once(&self, user: &str) -> Result<Channel, HelperFault> {
-        let account = nix::unistd::User::from_name(user)
+        // The account database may be a network service (NSS): looked up on
+        // a blocking thread, as the service runs on one thread (D-705).
+        let name = user.to_owned();
+        let account = tokio::task::spawn_blocking(move || nix::unistd::User::from_name(&name))
+            .await
             .ok()
+            .and_then(Result::ok)
             .flatten()
             .ok_or(HelperFault::Unreachable)?;
         let main_pid = self.main_pid(user).await?;

@@ -25,7 +25,11 @@ pub fn command(config_path: &Path) -> i32 {
         Ok(config) => config,
         Err(code) => return code,
     };
-    let Some(runtime) = start_runtime(tokio::runtime::Builder::new_multi_thread()) else {
+    // One thread (D-705): a keystroke and its echo cross the service in two
+    // hand-offs between tasks, and on one thread neither wakes another
+    // thread. Blocking work (the doctor's checks, the service manager's
+    // answers, account lookups) runs on the blocking pool.
+    let Some(runtime) = start_runtime(tokio::runtime::Builder::new_current_thread()) else {
         return 1;
     };
     runtime.block_on(run(

@@ -99,7 +99,9 @@ pub fn command() -> i32 {
     ));
     // Whatever an earlier run of this helper left in its subtree ends now.
     helper.sweep();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread (D-705): the helper only moves bytes between its session
+    // connections and their PTYs; checks and starts run on the blocking pool.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
