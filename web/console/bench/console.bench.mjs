@@ -19,6 +19,12 @@
 // - Open: the click on Open -> the first glyph of the shell painted, and the
 //   same from the end of the passkey step-up (its response), median of five.
 //
+// With BOTHY_CONSOLE_PROFILE set, the page's thread is sampled (DevTools'
+// Profiler, every 100 µs) during the first tab burst and the first write from
+// memory, and the self time of the top functions goes to stderr as
+// "PROFILE tab|memory: <ms> <share> <function> <file>:<line>"; the figures of
+// such a run carry the sampler's cost.
+//
 // The tab is not instrumented (docs/decisions.md D-701): Playwright only
 // launches the browser. The page lives in a browser context that Playwright
 // does not know, so it never enables DevTools' Network domain there (which
@@ -92,6 +98,31 @@ chmodSync(burstFile, 0o644);
 const received = burst.replace(/\n/g, "\r\n");
 const receivedMiB = received.length / (1024 * 1024);
 
+// BOTHY_CONSOLE_PROFILE (the header): self time per function, and the
+// runtime's own ("(program)": the browser's native work, GC, idle).
+const profiling = process.env.BOTHY_CONSOLE_PROFILE !== undefined;
+async function profileStart(page) {
+  await page.send("Profiler.enable");
+  await page.send("Profiler.setSamplingInterval", { interval: 100 });
+  await page.send("Profiler.start");
+}
+async function profileStop(page, label) {
+  const { profile } = await page.send("Profiler.stop");
+  const self = new Map();
+  const byId = new Map(profile.nodes.map((n) => [n.id, n]));
+  let total = 0;
+  profile.samples.forEach((id, i) => {
+    const node = byId.get(id);
+    const f = node.callFrame;
+    const key = `${f.functionName || "(anonymous)"} ${f.url.split("/").pop()}:${f.lineNumber}`;
+    const dt = profile.timeDeltas[i] ?? 0;
+    total += dt;
+    self.set(key, (self.get(key) ?? 0) + dt);
+  });
+  const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25);
+  process.stderr.write(`PROFILE ${label}: ${(total / 1000).toFixed(1)} ms sampled\n`);
+  for (const [key, us] of top) process.stderr.write(`PROFILE ${label}: ${(us / 1000).toFixed(1).padStart(8)} ms ${((100 * us) / total).toFixed(1).padStart(5)}% ${key}\n`);
+}
 
 /**
  * A page in a browser context of its own, driven over the browser's DevTools
@@ -397,13 +428,23 @@ try {
         observer.observe(rows, { subtree: true, childList: true, characterData: true });
       });
     }, { end: `BURST-E${run + 1}ND` });
+    if (profiling && run === 0) await profileStart(page);
     await page.keyboard.press("Enter");
     const result = await page.evaluate(() => window.__burst);
+    if (profiling && run === 0) await profileStop(page, "tab");
     tab.push(receivedMiB / ((result.end - result.start) / 1000));
 
+    // The bytes go into the page first, so a profile of the write holds
+    // only the write.
+    await page.evaluate((input) => {
+      window.__burstInput = input;
+    }, { data: received, cols, rows, renderer });
+    if (profiling && run === 0) await profileStart(page);
     const took = await page.evaluate(
-      (input) =>
+      () =>
         new Promise((resolve) => {
+          const input = window.__burstInput;
+          window.__burstInput = undefined;
           const data = input.data;
           const view = document.querySelector(".terminal-host");
           const box = view.getBoundingClientRect();
@@ -435,8 +476,8 @@ try {
           };
           next();
         }),
-      { data: received, cols, rows, renderer },
     );
+    if (profiling && run === 0) await profileStop(page, "memory");
     memory.push(receivedMiB / (took / 1000));
   }
   figure("console_burst_bytes", received.length, "bytes");
