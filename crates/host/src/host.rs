@@ -588,15 +588,20 @@ impl Helpers {
     /// connection, the peer check.
     async fn connect_once(&self, user: &str) -> Result<Channel, HelperFault> {
         // The account database may be a network service (NSS): looked up on
-        // a blocking thread, as the service runs on one thread (D-705).
+        // the blocking thread that asks the service manager anyway, as the
+        // service runs on one thread (D-705).
+        let config = self.config.clone();
         let name = user.to_owned();
-        let account = tokio::task::spawn_blocking(move || nix::unistd::User::from_name(&name))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten()
-            .ok_or(HelperFault::Unreachable)?;
-        let main_pid = self.main_pid(user).await?;
+        let (account, main_pid) = tokio::task::spawn_blocking(move || {
+            let account = nix::unistd::User::from_name(&name)
+                .ok()
+                .flatten()
+                .ok_or(HelperFault::Unreachable)?;
+            let main_pid = crate::manager::helper_main_pid(&config, &name)?;
+            Ok::<_, HelperFault>((account, main_pid))
+        })
+        .await
+        .map_err(|_| HelperFault::Unreachable)??;
         let expected = PeerExpectation {
             uid: account.uid.as_raw(),
             main_pid,
