@@ -841,6 +841,21 @@ mod tests {
 
     const CHUNK: usize = 4096;
 
+    /// One batch from a first chunk of `a`: what `send_batch` took, how long
+    /// it waited, and what the device reads of the messages it sent.
+    async fn batch(
+        host: &Mutex<Transport>,
+        device: &mut Transport,
+        frames: &mut mpsc::Receiver<OutFrame>,
+        streaming: bool,
+    ) -> (Result<usize, ()>, Duration, Vec<(u8, usize)>) {
+        let mut sent: Vec<Message> = Vec::new();
+        let started = Instant::now();
+        let first = OutFrame::Data(vec![b'a'; CHUNK]);
+        let taken = send_batch(&mut sent, host, first, frames, streaming).await;
+        (taken, started.elapsed(), read(device, &sent))
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_batch_outside_a_stream_goes_out_at_once() {
         let (host, mut device) = transports();
@@ -850,13 +865,10 @@ mod tests {
             Duration::from_millis(1),
             OutFrame::Data(vec![b'b'; CHUNK]),
         );
-        let mut sent: Vec<Message> = Vec::new();
-        let started = Instant::now();
-        let first = OutFrame::Data(vec![b'a'; CHUNK]);
-        let taken = send_batch(&mut sent, &host, first, &mut frames, false).await;
+        let (taken, waited, read) = batch(&host, &mut device, &mut frames, false).await;
         assert_eq!(taken, Ok(CHUNK));
-        assert_eq!(started.elapsed(), Duration::ZERO);
-        assert_eq!(read(&mut device, &sent), [(0x02, CHUNK)]);
+        assert_eq!(waited, Duration::ZERO);
+        assert_eq!(read, [(0x02, CHUNK)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -875,13 +887,10 @@ mod tests {
             STREAM_FILL_WAIT + Duration::from_millis(1),
             OutFrame::Data(vec![b'c'; CHUNK]),
         );
-        let mut sent: Vec<Message> = Vec::new();
-        let started = Instant::now();
-        let first = OutFrame::Data(vec![b'a'; CHUNK]);
-        let taken = send_batch(&mut sent, &host, first, &mut frames, true).await;
+        let (taken, waited, read) = batch(&host, &mut device, &mut frames, true).await;
         assert_eq!(taken, Ok(2 * CHUNK));
-        assert_eq!(started.elapsed(), STREAM_FILL_WAIT);
-        assert_eq!(read(&mut device, &sent), [(0x02, 2 * CHUNK)]);
+        assert_eq!(waited, STREAM_FILL_WAIT);
+        assert_eq!(read, [(0x02, 2 * CHUNK)]);
     }
 
     #[tokio::test(start_paused = true)]
@@ -890,13 +899,10 @@ mod tests {
         let (frames_tx, mut frames) = mpsc::channel(8);
         // The exit during the wait: the output before it, then the exit, at once.
         later(&frames_tx, Duration::from_millis(1), OutFrame::Exit(7));
-        let mut sent: Vec<Message> = Vec::new();
-        let started = Instant::now();
-        let first = OutFrame::Data(vec![b'a'; CHUNK]);
-        let taken = send_batch(&mut sent, &host, first, &mut frames, true).await;
+        let (taken, waited, read) = batch(&host, &mut device, &mut frames, true).await;
         assert_eq!(taken, Ok(CHUNK));
-        assert_eq!(started.elapsed(), Duration::from_millis(1));
-        assert_eq!(read(&mut device, &sent), [(0x02, CHUNK), (0x05, 4)]);
+        assert_eq!(waited, Duration::from_millis(1));
+        assert_eq!(read, [(0x02, CHUNK), (0x05, 4)]);
 
         // A flush marker queued with the output: nobody waits for it longer.
         let ack = core::FlushAck::default();
@@ -909,13 +915,10 @@ mod tests {
             Duration::from_millis(1),
             OutFrame::Data(vec![b'b'; CHUNK]),
         );
-        let mut sent: Vec<Message> = Vec::new();
-        let started = Instant::now();
-        let first = OutFrame::Data(vec![b'a'; CHUNK]);
-        let taken = send_batch(&mut sent, &host, first, &mut frames, true).await;
+        let (taken, waited, read) = batch(&host, &mut device, &mut frames, true).await;
         assert_eq!(taken, Ok(CHUNK));
-        assert_eq!(started.elapsed(), Duration::ZERO);
-        assert_eq!(read(&mut device, &sent), [(0x02, CHUNK)]);
+        assert_eq!(waited, Duration::ZERO);
+        assert_eq!(read, [(0x02, CHUNK)]);
         ack.wait().await;
     }
 }
