@@ -207,7 +207,7 @@ pub(crate) async fn run_device(
 
 /// Joins the relay, checks once more that the session was not closed
 /// meanwhile (an end committed before the relay's tail could see this side),
-/// then runs the side.
+/// then starts the side's own task.
 ///
 /// An end found here closes every side of the session exactly as the tail's
 /// delivery of that end will (the device with its code of 5.3, the host with
@@ -230,7 +230,12 @@ async fn join(
             state.relay().closed_at_join(&state, session_id, &now);
         }
     }
-    side::run(state, session_id, side_kind, websocket, joined, guard).await;
+    // A task of its own, sized for the side's loop: the upgrade's task, sized
+    // for the login as well, ends here and gives its memory back (issue 20:
+    // what an idle side keeps, D-706).
+    tokio::spawn(side::run(
+        state, session_id, side_kind, websocket, joined, guard,
+    ));
 }
 
 /// Sends the close frame of a refused login and waits for the answer.

@@ -68,6 +68,7 @@
 
 pub mod login;
 mod pipe;
+mod queue;
 pub(crate) mod registry;
 pub(crate) mod side;
 pub(crate) mod store;
@@ -77,10 +78,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bothy_proto::codes::{CloseCode, CloseDetail, CloseReason};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use self::pipe::{PipeReceiver, PipeSender};
+use self::queue::QueueReceiver;
 pub(crate) use self::registry::{Command, Limits, Stats};
 use self::registry::{Member, Slot};
 pub use self::registry::{Relay, Side, Sides};
@@ -100,7 +102,7 @@ pub const NORMAL_CLOSURE: u16 = 1000;
 #[derive(Debug)]
 pub(crate) struct Joined {
     pub(crate) conn_id: u64,
-    pub(crate) commands: mpsc::UnboundedReceiver<Command>,
+    pub(crate) commands: QueueReceiver<Command>,
     pub(crate) paired: oneshot::Receiver<PipeReceiver>,
     pub(crate) outgoing: PipeSender,
     pub(crate) linked: Arc<AtomicBool>,
@@ -181,7 +183,7 @@ impl Relay {
         let now = state.clock().now_ms();
         let buffer = state.config().terminal.relay_buffer_max_bytes;
         let conn_id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let (commands_tx, commands) = mpsc::unbounded_channel();
+        let (commands_tx, commands) = queue::queue();
         let (paired_tx, paired) = oneshot::channel();
         let (outgoing, outgoing_rx) = pipe::pipe(buffer);
         let linked = Arc::new(AtomicBool::new(false));
@@ -318,6 +320,16 @@ impl Relay {
                             Some(refusal) => {
                                 device.close(refusal.code.as_u16(), refusal.detail.as_str());
                             }
+                            // A host side that leaves while the server shuts
+                            // down left because of the shutdown (or with it):
+                            // its device is told 4013 like every other socket
+                            // (13), not 4102. The device's own loop may have
+                            // looked at the shutdown just before the trigger
+                            // and at its queue just after this close.
+                            None if state.shutdown().is_triggered() => device.close(
+                                CloseCode::ServerShutdown.as_u16(),
+                                CloseCode::ServerShutdown.name(),
+                            ),
                             None => device.close(
                                 CloseCode::TerminalHostUnavailable.as_u16(),
                                 CloseCode::TerminalHostUnavailable.name(),

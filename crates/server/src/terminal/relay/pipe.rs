@@ -9,12 +9,14 @@
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::Semaphore;
+
+use super::queue::{QueueReceiver, QueueSender, queue};
 
 /// Makes one direction with room for `max_bytes`.
 pub(crate) fn pipe(max_bytes: usize) -> (PipeSender, PipeReceiver) {
     let room = Arc::new(Semaphore::new(max_bytes));
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = queue();
     (
         PipeSender {
             tx,
@@ -28,7 +30,7 @@ pub(crate) fn pipe(max_bytes: usize) -> (PipeSender, PipeReceiver) {
 /// The sending end (held by the side that reads the message from its socket).
 #[derive(Debug)]
 pub(crate) struct PipeSender {
-    tx: mpsc::UnboundedSender<Bytes>,
+    tx: QueueSender<Bytes>,
     room: Arc<Semaphore>,
     max_bytes: usize,
 }
@@ -67,9 +69,8 @@ impl PipeSender {
     /// (a side paired once whose peer left), the message is dropped and its
     /// room given back, so the sender keeps reading its socket.
     pub(crate) fn send(&self, message: Bytes) {
-        let len = message.len();
-        if self.tx.send(message).is_err() {
-            self.room.add_permits(len);
+        if let Err(message) = self.tx.send(message) {
+            self.room.add_permits(message.len());
         }
     }
 
@@ -82,7 +83,7 @@ impl PipeSender {
 /// The receiving end (held by the side that writes the messages to its socket).
 #[derive(Debug)]
 pub(crate) struct PipeReceiver {
-    rx: mpsc::UnboundedReceiver<Bytes>,
+    rx: QueueReceiver<Bytes>,
     room: Arc<Semaphore>,
 }
 
@@ -95,7 +96,7 @@ impl PipeReceiver {
     /// The next message if one is queued now; `None` when the queue is empty
     /// (or the sender gone: [`PipeReceiver::recv`] then says so).
     pub(crate) fn try_recv(&mut self) -> Option<Bytes> {
-        self.rx.try_recv().ok()
+        self.rx.try_recv()
     }
 
     /// Gives the room of a written message back.
@@ -108,10 +109,8 @@ impl Drop for PipeReceiver {
     fn drop(&mut self) {
         // Whatever is still queued will never be written: give its room back
         // so a sender waiting for it does not wait for ever.
-        self.rx.close();
-        while let Ok(message) = self.rx.try_recv() {
-            self.room.add_permits(message.len());
-        }
+        let left: usize = self.rx.close().iter().map(Bytes::len).sum();
+        self.room.add_permits(left);
     }
 }
 

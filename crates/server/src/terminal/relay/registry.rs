@@ -10,10 +10,11 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use uuid::Uuid;
 
 use super::pipe::PipeReceiver;
+use super::queue::QueueSender;
 use crate::clock::UnixMillis;
 
 /// Which sides of a session are connected on this process.
@@ -148,7 +149,7 @@ pub(crate) struct Limits {
 #[derive(Debug)]
 pub(super) struct Member {
     pub(super) conn_id: u64,
-    pub(super) commands: mpsc::UnboundedSender<Command>,
+    pub(super) commands: QueueSender<Command>,
     /// Hands the counterpart's outgoing receiver over at the pairing.
     pub(super) paired_tx: Option<oneshot::Sender<PipeReceiver>>,
     /// This side's outgoing receiver until the counterpart takes it.

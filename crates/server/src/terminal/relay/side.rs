@@ -6,7 +6,8 @@
 //! Keepalive: a side silent for `gateway.ping_interval` gets a WebSocket
 //! ping; one that sends no frame for `gateway.ping_timeout` after it is lost
 //! (dropped without a close, like a broken connection: a lost device
-//! detaches the session, 6.2; a lost host side tells its device 4102).
+//! detaches the session, 6.2; a lost host side tells its device 4102, or
+//! 4013 once the server shuts down).
 //!
 //! Close codes of this loop: 4002 for a text frame or a broken frame; 4013 at
 //! shutdown; whatever the relay sends ([`super::Command::Close`]): 4100, 4102,
@@ -19,7 +20,7 @@ use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use bothy_proto::codes::CloseCode;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{FutureExt, SinkExt, StreamExt};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
 
@@ -63,10 +64,17 @@ pub(crate) async fn run(
         stats,
     } = joined;
     let (mut sink, mut stream) = websocket.split();
+    // The WebSocket keeps the waker of the task that wrote last (the login's,
+    // in the upgrade's task), and with it that whole task, until this task
+    // writes: an idle side may write nothing for hours. A flush of nothing
+    // puts this task's waker there now (D-706).
+    let _ = sink.flush().await;
     let gateway = &state.config().gateway;
     let write_timeout = gateway.write_timeout;
     let alive = Liveness::new();
-    let (ping_tx, ping_rx) = mpsc::channel(1);
+    // The keepalive asks the writer for a ping (a kept permit: at most one
+    // waits).
+    let pings = Notify::new();
     // Told when everything the counterpart sent was written here and the
     // counterpart is gone (or never came): the device's close at the end of
     // a session waits for it.
@@ -87,13 +95,8 @@ pub(crate) async fn run(
             &alive,
             &mut carried,
         );
-        let writer = write_loop(&mut sink, paired, ping_rx, &drained);
-        let keepalive = keepalive(
-            &alive,
-            &ping_tx,
-            gateway.ping_interval,
-            gateway.ping_timeout,
-        );
+        let writer = write_loop(&mut sink, paired, &pings, &drained);
+        let keepalive = keepalive(&alive, &pings, gateway.ping_interval, gateway.ping_timeout);
         tokio::pin!(reader);
         tokio::pin!(writer);
         tokio::pin!(keepalive);
@@ -250,12 +253,7 @@ impl Liveness {
 
 /// Asks the writer for a ping whenever the side was silent for `interval`,
 /// and returns when a ping stayed without any frame for `timeout`.
-async fn keepalive(
-    alive: &Liveness,
-    pings: &mpsc::Sender<()>,
-    interval: Duration,
-    timeout: Duration,
-) {
+async fn keepalive(alive: &Liveness, pings: &Notify, interval: Duration, timeout: Duration) {
     let interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
     let timeout_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);
     // The time of the ping that no frame has answered yet.
@@ -271,8 +269,8 @@ async fn keepalive(
             Some(sent) if now.saturating_sub(sent) >= timeout_ms => return,
             Some(sent) => sent.saturating_add(timeout_ms),
             None if now.saturating_sub(last) >= interval_ms => {
-                // A full queue means a ping is on its way already.
-                let _ = pings.try_send(());
+                // A kept permit means a ping is on its way already.
+                pings.notify_one();
                 outstanding = Some(now);
                 continue;
             }
@@ -384,14 +382,14 @@ async fn read_loop(
 async fn write_loop(
     sink: &mut SplitSink<WebSocket, Message>,
     paired: tokio::sync::oneshot::Receiver<PipeReceiver>,
-    mut pings: mpsc::Receiver<()>,
+    pings: &Notify,
     drained: &Notify,
 ) {
     let mut paired = Some(paired);
     let mut incoming: Option<PipeReceiver> = None;
     loop {
         tokio::select! {
-            Some(()) = pings.recv() => {
+            () = pings.notified() => {
                 if sink.send(Message::Ping(Default::default())).await.is_err() {
                     return;
                 }
