@@ -126,12 +126,17 @@ pub(crate) async fn run(
             // until everything the host's side forwarded was written here and
             // the host's side is gone (or never came), bounded.
             End::Finish(code, reason) if side == Side::Device => {
-                tokio::select! {
-                    () = drained.notified() => {}
-                    () = &mut writer => {}
-                    () = tokio::time::sleep(CLOSE_ANSWER_WAIT) => {}
-                    () = guard.triggered() => {}
-                }
+                // The goodbyes below wait on the heap: an idle side's task
+                // keeps only what its loop needs (D-706).
+                Box::pin(async {
+                    tokio::select! {
+                        () = drained.notified() => {}
+                        () = &mut writer => {}
+                        () = tokio::time::sleep(CLOSE_ANSWER_WAIT) => {}
+                        () = guard.triggered() => {}
+                    }
+                })
+                .await;
                 End::Close(code, reason)
             }
             other => other,
@@ -145,9 +150,13 @@ pub(crate) async fn run(
                 code,
                 reason: reason.into(),
             }));
-            if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.send(frame)).await {
-                forward_until_close(&state, side, &mut stream, &outgoing, &stats, carried).await;
-            }
+            Box::pin(async {
+                if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.send(frame)).await {
+                    forward_until_close(&state, side, &mut stream, &outgoing, &stats, carried)
+                        .await;
+                }
+            })
+            .await;
             drop(outgoing);
             state
                 .relay()
@@ -173,9 +182,9 @@ pub(crate) async fn run(
         .leave(&state, session_id, side, conn_id, leave);
     match end {
         End::Close(code, reason) | End::Finish(code, reason) => {
-            close(&mut sink, &mut stream, code, reason, write_timeout).await;
+            Box::pin(close(&mut sink, &mut stream, code, reason, write_timeout)).await;
         }
-        End::ClosedByPeer(_) => read_to_end(&mut stream, CLOSE_ANSWER_WAIT).await,
+        End::ClosedByPeer(_) => Box::pin(read_to_end(&mut stream, CLOSE_ANSWER_WAIT)).await,
         End::Gone => {}
     }
     drop(guard);
@@ -332,31 +341,20 @@ async fn read_loop(
         }
         // Held where the end of the session finds it while this waits.
         *carried = Some(message);
-        let mut reserve = std::pin::pin!(outgoing.reserve(len));
-        let ready = reserve.as_mut().now_or_never().is_some();
+        // Nothing is taken unless the room is there now.
+        let ready = outgoing.reserve(len).now_or_never().is_some();
         if !ready {
-            // The stall counts from now (when linked), before anyone can see it.
-            let mut stall_start: Option<i64> = linked
-                .load(Ordering::SeqCst)
-                .then(|| state.clock().now_ms());
-            stats.set_stalled(true);
-            let slow = loop {
-                tokio::select! {
-                    () = &mut reserve => break false,
-                    () = tokio::time::sleep(TICK) => {
-                        if linked.load(Ordering::SeqCst) && !outgoing.is_closed() {
-                            let now = state.clock().now_ms();
-                            let start = *stall_start.get_or_insert(now);
-                            if now.saturating_sub(start) >= stall_timeout {
-                                break true;
-                            }
-                        } else {
-                            stall_start = None;
-                        }
-                    }
-                }
-            };
-            stats.set_stalled(false);
+            // On the heap while it waits: the task of every idle side keeps
+            // only what its idle state needs (D-706).
+            let slow = Box::pin(wait_for_room(
+                state,
+                outgoing,
+                linked,
+                stats,
+                len,
+                stall_timeout,
+            ))
+            .await;
             if slow {
                 // No room within terminal.relay_stall_timeout: the receiver
                 // gets 4014; this message is not forwarded. The reservation
@@ -373,6 +371,42 @@ async fn read_loop(
         stats.count(side, len, state.clock().now_ms());
         outgoing.send(message);
     }
+}
+
+/// Waits for room for `len` bytes in `outgoing`; `true` if the counterpart,
+/// linked, took nothing for `stall_timeout` (ms): the slow receiver of 6.3.
+async fn wait_for_room(
+    state: &AppState,
+    outgoing: &PipeSender,
+    linked: &std::sync::atomic::AtomicBool,
+    stats: &super::Stats,
+    len: usize,
+    stall_timeout: i64,
+) -> bool {
+    let mut reserve = std::pin::pin!(outgoing.reserve(len));
+    // The stall counts from now (when linked), before anyone can see it.
+    let mut stall_start: Option<i64> = linked
+        .load(Ordering::SeqCst)
+        .then(|| state.clock().now_ms());
+    stats.set_stalled(true);
+    let slow = loop {
+        tokio::select! {
+            () = &mut reserve => break false,
+            () = tokio::time::sleep(TICK) => {
+                if linked.load(Ordering::SeqCst) && !outgoing.is_closed() {
+                    let now = state.clock().now_ms();
+                    let start = *stall_start.get_or_insert(now);
+                    if now.saturating_sub(start) >= stall_timeout {
+                        break true;
+                    }
+                } else {
+                    stall_start = None;
+                }
+            }
+        }
+    };
+    stats.set_stalled(false);
+    slow
 }
 
 /// Writes what the counterpart sent, once paired, and the keepalive's pings;
