@@ -936,4 +936,51 @@ mod tests {
         assert_eq!(Side::Device.as_str(), "client");
         assert_eq!(Side::Host.as_str(), "host");
     }
+
+    /// A paired host side that leaves tells its device 4102 while the server
+    /// runs, and 4013 once it shuts down (the device's own loop may have
+    /// looked at the shutdown just before the trigger; D-706).
+    #[tokio::test]
+    async fn a_host_side_that_leaves_at_shutdown_tells_its_device_4013() {
+        for shutting_down in [false, true] {
+            let dir = tempfile::tempdir().expect("temporary data directory");
+            let yaml = format!(
+                "server:\n  listen: 127.0.0.1:0\n  public_url: https://localhost\n  data_dir: \"{}\"\n",
+                dir.path().display()
+            );
+            let config = crate::config::Config::from_yaml_str(&yaml).expect("configuration");
+            let app = crate::app::App::open(config, crate::clock::ManualClock::new(1_000))
+                .await
+                .expect("the server opens");
+            let state = app.state().clone();
+            if shutting_down {
+                // A dropped trigger counts as triggered (crate::shutdown).
+                drop(app);
+                assert!(state.shutdown().is_triggered());
+            }
+            let limits = Limits {
+                created_at: 1_000,
+                started_at: Some(1_000),
+                last_input_at: None,
+                detached_at: None,
+            };
+            let session_id = Uuid::from_u128(7);
+            let relay = state.relay();
+            let mut device = relay.join(&state, session_id, Side::Device, limits);
+            let host = relay.join(&state, session_id, Side::Host, limits);
+            assert!(relay.sides(session_id).device && relay.sides(session_id).host);
+            relay.leave(&state, session_id, Side::Host, host.conn_id, Leave::Gone);
+            let expected = if shutting_down {
+                CloseCode::ServerShutdown
+            } else {
+                CloseCode::TerminalHostUnavailable
+            };
+            match device.commands.try_recv() {
+                Some(Command::Close(code, text)) => {
+                    assert_eq!((code, text.as_str()), (expected.as_u16(), expected.name()));
+                }
+                other => panic!("expected a close for the device, got {other:?}"),
+            }
+        }
+    }
 }
