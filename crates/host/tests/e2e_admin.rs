@@ -197,7 +197,19 @@ async fn add_starts_the_helper_and_restarts_the_service_which_then_reports_the_n
             .uid(),
         entry.uid
     );
-    assert_eq!(processes_of(entry.uid), [helper]);
+    // Only the helper, once the restarted service's checks in the new
+    // account (HD6's login-shell probe and the others, children of the
+    // helper) have ended.
+    let uid = entry.uid;
+    let settled = try_eventually(Duration::from_secs(30), || async move {
+        (processes_of(uid) == [helper]).then_some(())
+    })
+    .await;
+    assert!(
+        settled.is_some(),
+        "the new account runs {:?}, not only its helper {helper}",
+        processes_of(uid)
+    );
     assert_eq!(
         scenario.helper_pid(0),
         kept_helper,
