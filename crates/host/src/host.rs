@@ -397,6 +397,11 @@ impl Host {
         }
     }
 
+    /// Whether a PTY start waits for the person at the machine (6.4).
+    pub fn confirms_locally(&self) -> bool {
+        self.confirm.is_some()
+    }
+
     /// Starts the PTY of a token in the helper of its `osu`.
     pub async fn start_pty(
         &self,
@@ -404,26 +409,42 @@ impl Host {
         size: TerminalSize,
     ) -> Result<PtyIo, CloseDetail> {
         let program = self.program_of(claims)?;
-        let mut channel = self
-            .helpers
-            .session_channel(&claims.osu)
-            .await
-            .map_err(|fault| {
-                tracing::warn!(code = %fault, "the session channel to the helper failed its check");
-                if matches!(
-                    fault,
-                    HelperFault::PeerMismatch | HelperFault::PeerCheckUnavailable
-                ) {
-                    // A failed peer check of a session channel: no new session, all
-                    // running sessions end (7.4 "Gate in operation").
-                    self.sessions.enforce(None, CloseDetail::HelperUntrusted);
-                    CloseDetail::HelperUntrusted
-                } else {
-                    CloseDetail::PtyFailed
-                }
-            })?;
+        let channel = self.session_channel(&claims.osu).await?;
+        self.start_pty_on(channel, program, claims.sid, size).await
+    }
+
+    /// A new session connection to the helper of `osu`, its peer checked.
+    /// Nothing starts on it until [`Host::start_pty_on`]; dropped unused, it
+    /// closes without a message and the helper starts nothing.
+    pub async fn session_channel(&self, osu: &str) -> Result<Channel, CloseDetail> {
+        self.helpers.session_channel(osu).await.map_err(|fault| {
+            tracing::warn!(code = %fault, "the session channel to the helper failed its check");
+            if matches!(
+                fault,
+                HelperFault::PeerMismatch | HelperFault::PeerCheckUnavailable
+            ) {
+                // A failed peer check of a session channel: no new session, all
+                // running sessions end (7.4 "Gate in operation").
+                self.sessions.enforce(None, CloseDetail::HelperUntrusted);
+                CloseDetail::HelperUntrusted
+            } else {
+                CloseDetail::PtyFailed
+            }
+        })
+    }
+
+    /// Starts `program` ([`Host::program_of`]) for session `session_id` on
+    /// `channel`, a session connection from [`Host::session_channel`] to the
+    /// helper of the token's `osu`.
+    pub async fn start_pty_on(
+        &self,
+        mut channel: Channel,
+        program: StartProgram,
+        session_id: Uuid,
+        size: TerminalSize,
+    ) -> Result<PtyIo, CloseDetail> {
         let start = ToHelper::Start(Box::new(PtyStart {
-            session_id: claims.sid,
+            session_id,
             size,
             program,
         }));
@@ -445,8 +466,9 @@ impl Host {
         })
     }
 
-    /// The program of the token's profile (11.1).
-    fn program_of(&self, claims: &TerminalSessionClaims) -> Result<StartProgram, CloseDetail> {
+    /// The program of the token's profile (11.1); with organization, the API
+    /// key read from the state directory for this start (7.4).
+    pub fn program_of(&self, claims: &TerminalSessionClaims) -> Result<StartProgram, CloseDetail> {
         let profile = self
             .config
             .profile(&claims.prf)

@@ -342,13 +342,27 @@ impl Link {
             }
             StartOutcome::Closed(_) => return,
         };
-        // The gate, the local confirmation, the PTY (6.1 step 7).
+        // The gate, the local confirmation, the PTY (6.1 step 7). Without a
+        // local confirmation the session connection to the helper is made and
+        // checked while the gate runs (D-707): nothing starts on it before the
+        // gate passed, and a refused gate drops it unused.
         let started = async {
-            self.host.gate(&claims.osu).await?;
+            if self.host.confirms_locally() {
+                self.host.gate(&claims.osu).await?;
+                self.host
+                    .confirm_locally(ConfirmKind::Open, &claims)
+                    .await?;
+                return self.host.start_pty(&claims, size).await;
+            }
+            let (gate, channel) = tokio::join!(
+                self.host.gate(&claims.osu),
+                self.host.session_channel(&claims.osu)
+            );
+            gate?;
+            let program = self.host.program_of(&claims)?;
             self.host
-                .confirm_locally(ConfirmKind::Open, &claims)
-                .await?;
-            self.host.start_pty(&claims, size).await
+                .start_pty_on(channel?, program, claims.sid, size)
+                .await
         }
         .await;
         let pty = match started {

@@ -12,7 +12,7 @@ use super::requests::{ask_all, request};
 use super::service_side::ServiceFindings;
 use super::terms::FileId;
 use super::wire::{CheckAnswer, CheckRequest, Refusal, RequestKind};
-use super::{Doctor, HelperFault, HelperPort, ListedWorkdir, ServiceContext};
+use super::{Asked, Doctor, HelperFault, HelperPort, ListedWorkdir, ServiceContext};
 
 impl Doctor {
     /// HD7's lists from the identities every helper reports for its configured
@@ -39,7 +39,8 @@ impl Doctor {
                     request(
                         ctx,
                         &self.places,
-                        findings,
+                        &findings.asked,
+                        &findings.homes,
                         u,
                         RequestKind::Identities,
                         workdirs,
@@ -47,25 +48,29 @@ impl Doctor {
                 )
             })
             .collect();
-        let answers = ask_all(helpers, &requests).await;
         let mut ids: HashMap<String, Vec<Option<FileId>>> = HashMap::new();
-        for ((name, req), answer) in requests.iter().zip(answers) {
+        for Asked {
+            name,
+            request: req,
+            answer,
+        } in ask_all(helpers, requests).await
+        {
             let got = match answer.map(|bytes| CheckAnswer::decode(&bytes)) {
                 Ok(Ok(CheckAnswer::Identities(list))) if list.len() == req.workdirs.len() => list,
                 Ok(Ok(CheckAnswer::Refused(Refusal::WrongUser))) => {
-                    self.record(name).fault = Some(HelperFault::PeerMismatch);
+                    self.record(&name).fault = Some(HelperFault::PeerMismatch);
                     vec![None; req.workdirs.len()]
                 }
                 Err(fault) => {
-                    self.record(name).fault = Some(fault);
+                    self.record(&name).fault = Some(fault);
                     vec![None; req.workdirs.len()]
                 }
                 Ok(_) => {
-                    self.record(name).fault = Some(HelperFault::Unreachable);
+                    self.record(&name).fault = Some(HelperFault::Unreachable);
                     vec![None; req.workdirs.len()]
                 }
             };
-            ids.insert(name.clone(), got);
+            ids.insert(name, got);
         }
         let mut owners: HashMap<FileId, HashSet<&str>> = HashMap::new();
         for (name, list) in &ids {

@@ -229,13 +229,23 @@ pub struct Doctor {
 }
 
 /// What the service side of a run found: its findings (`None`: it did not
-/// finish, nothing counts as checked), HD5, and the sudo probe of HD3 still
-/// running beside the helpers' answers (D-458).
+/// finish, nothing counts as checked), HD5, the sudo probe of HD3 still
+/// running beside the helpers' answers (D-458), and the answers of a light
+/// run's helpers, asked beside the service side (D-707).
 #[derive(Debug)]
 struct ServiceSide {
     findings: Option<ServiceFindings>,
     server_host: bool,
     sudo: Option<tokio::task::JoinHandle<bool>>,
+    early: Vec<Asked>,
+}
+
+/// One request sent to the helper of a session user, and its answer.
+#[derive(Debug)]
+struct Asked {
+    name: String,
+    request: CheckRequest,
+    answer: Result<Vec<u8>, HelperFault>,
 }
 
 impl Doctor {
@@ -284,16 +294,65 @@ impl Doctor {
             let inputs = inputs.clone();
             move || service_side::service_sudo_passwordless(&inputs)
         });
-        let service =
-            tokio::task::spawn_blocking(move || service_side::service_checks_but_sudo(&inputs));
-        let (findings, server_host) = tokio::join!(service, hd5(ctx.control_peer, ctx.server_url));
+        // A light request needs only HD1's accounts, so a light run asks the
+        // helpers as soon as the service side has them, beside its other
+        // checks (D-707); an answer counts only if it answers the request the
+        // finished service side makes. A full run builds HD7's lists first.
+        let (asked_tx, asked_rx) = tokio::sync::oneshot::channel();
+        let service = tokio::task::spawn_blocking(move || {
+            service_side::service_checks_but_sudo_then(&inputs, |asked| {
+                let _ = asked_tx.send(asked.to_vec());
+            })
+        });
+        let early = async {
+            match asked_rx.await {
+                Ok(asked) if kind == RunKind::Light => {
+                    ask_all(helpers, self.requests(ctx, &asked, &[], kind, scope)).await
+                }
+                _ => Vec::new(),
+            }
+        };
+        let (findings, server_host, early) =
+            tokio::join!(service, hd5(ctx.control_peer, ctx.server_url), early);
         let side = ServiceSide {
             findings: findings.ok(),
             server_host,
             sudo: Some(sudo),
+            early,
         };
         self.complete(ctx, helpers, kind, scope, side).await;
         self.snapshot() != before
+    }
+
+    /// The requests of `kind` to the helpers of `asked` (HD1's session users)
+    /// in `scope`; a full run asks every helper.
+    fn requests(
+        &self,
+        ctx: &ServiceContext<'_>,
+        asked: &[AskedUser],
+        homes: &[ForeignHome],
+        kind: RunKind,
+        scope: Scope<'_>,
+    ) -> Vec<(String, CheckRequest)> {
+        let request_kind = match kind {
+            RunKind::Full => RequestKind::Full,
+            RunKind::Light => RequestKind::Light,
+        };
+        asked
+            .iter()
+            .filter(|u| {
+                kind == RunKind::Full || scope == Scope::All || scope == Scope::User(&u.name)
+            })
+            .map(|u| {
+                let workdirs = self.users.get(&u.name).map_or_else(Vec::new, |r| {
+                    r.workdirs.iter().map(|w| w.path.clone()).collect()
+                });
+                (
+                    u.name.clone(),
+                    request(ctx, &self.places, asked, homes, u, request_kind, workdirs),
+                )
+            })
+            .collect()
     }
 
     /// The run after the service side: the helpers and the bookkeeping.
@@ -309,6 +368,7 @@ impl Doctor {
             findings,
             server_host,
             sudo,
+            early,
         } = side;
         self.server_host = server_host;
         self.declaration = ctx.declaration;
@@ -326,32 +386,26 @@ impl Doctor {
         if kind == RunKind::Full {
             self.build_lists(ctx, &findings, helpers).await;
         }
-        let asked: Vec<&AskedUser> = findings
-            .asked
-            .iter()
-            .filter(|u| {
-                kind == RunKind::Full || scope == Scope::All || scope == Scope::User(&u.name)
-            })
-            .collect();
-        let request_kind = match kind {
-            RunKind::Full => RequestKind::Full,
-            RunKind::Light => RequestKind::Light,
+        let requests = self.requests(ctx, &findings.asked, &findings.homes, kind, scope);
+        // An answer to exactly the request this run makes counts; the rest
+        // (a session user whose entry or list changed meanwhile) is asked now.
+        let (answered, unasked): (Vec<Asked>, Vec<(String, CheckRequest)>) = {
+            let mut early = early;
+            let mut unasked = Vec::new();
+            let mut answered = Vec::new();
+            for (name, request) in requests {
+                match early
+                    .iter()
+                    .position(|a| a.name == name && a.request == request)
+                {
+                    Some(i) => answered.push(early.swap_remove(i)),
+                    None => unasked.push((name, request)),
+                }
+            }
+            (answered, unasked)
         };
-        let requests: Vec<(String, CheckRequest)> = asked
-            .iter()
-            .map(|u| {
-                let workdirs = self.users.get(&u.name).map_or_else(Vec::new, |r| {
-                    r.workdirs.iter().map(|w| w.path.clone()).collect()
-                });
-                (
-                    u.name.clone(),
-                    request(ctx, &self.places, &findings, u, request_kind, workdirs),
-                )
-            })
-            .collect();
-        let answers = ask_all(helpers, &requests).await;
-        for ((name, req), answer) in requests.iter().zip(answers) {
-            self.apply(name, req, &findings.homes, answer);
+        for asked in answered.into_iter().chain(ask_all(helpers, unasked).await) {
+            self.apply(&asked.name, &asked.request, &findings.homes, asked.answer);
         }
         self.drift();
         self.finish_profiles(ctx, &findings);

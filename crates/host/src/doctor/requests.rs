@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::service_side::{self, AskedUser, ForeignHome, ServiceFindings};
+use super::service_side::{self, AskedUser, ForeignHome};
 use super::wire::{self, CheckAnswer, CheckRequest, LightAnswer, Refusal, RequestKind};
-use super::{Doctor, HelperFault, HelperPort, Places, ServiceContext, UserRecord};
+use super::{Asked, Doctor, HelperFault, HelperPort, Places, ServiceContext, UserRecord};
 
 impl Doctor {
     /// Takes one answer of a light or full request.
@@ -65,11 +65,13 @@ fn take_scan(record: &mut UserRecord, light: &LightAnswer) {
     }
 }
 
-/// The request of `kind` for `user`.
+/// The request of `kind` for `user`, one of `asked` (HD1's session users);
+/// `homes` are HD9's accounts, which only a full request carries.
 pub(super) fn request(
     ctx: &ServiceContext<'_>,
     places: &Places,
-    findings: &ServiceFindings,
+    asked: &[AskedUser],
+    homes: &[ForeignHome],
     user: &AskedUser,
     kind: RequestKind,
     workdirs: Vec<PathBuf>,
@@ -81,8 +83,7 @@ pub(super) fn request(
         uid: user.entry.uid,
         home: user.entry.home.clone(),
         shell: user.entry.shell.clone(),
-        others: findings
-            .asked
+        others: asked
             .iter()
             .filter(|o| o.name != user.name)
             .map(|o| o.account.clone())
@@ -96,28 +97,33 @@ pub(super) fn request(
             .iter()
             .map(|f| config.state_dir.join(f))
             .collect(),
-        homes: findings
-            .homes
-            .iter()
-            .filter(|h| wire::sendable(&h.home))
-            .map(|h| h.home.clone())
-            .collect(),
+        homes: match kind {
+            RequestKind::Full => homes
+                .iter()
+                .filter(|h| wire::sendable(&h.home))
+                .map(|h| h.home.clone())
+                .collect(),
+            _ => Vec::new(),
+        },
         sudo: places.sudo.clone(),
         auth_status_timeout_ms: millis(config.auth_status_timeout),
         entry_scan_timeout_ms: millis(config.entry_scan_timeout),
     }
 }
 
-/// Sends every request to the helper of its user at once; the answers in the
-/// order of `requests`.
+/// Sends every request to the helper of its user at once; each with its
+/// answer, in the order of `requests`.
 pub(super) async fn ask_all<P: HelperPort>(
     helpers: &P,
-    requests: &[(String, CheckRequest)],
-) -> Vec<Result<Vec<u8>, HelperFault>> {
-    futures_util::future::join_all(
-        requests
-            .iter()
-            .map(|(name, req)| helpers.checks(name, req.encode())),
-    )
+    requests: Vec<(String, CheckRequest)>,
+) -> Vec<Asked> {
+    futures_util::future::join_all(requests.into_iter().map(|(name, request)| async move {
+        let answer = helpers.checks(&name, request.encode()).await;
+        Asked {
+            name,
+            request,
+            answer,
+        }
+    }))
     .await
 }

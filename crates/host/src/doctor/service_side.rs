@@ -165,12 +165,23 @@ pub fn service_sudo_passwordless(inputs: &ServiceInputs) -> bool {
 
 /// The service side without [`service_sudo_passwordless`].
 pub fn service_checks_but_sudo(inputs: &ServiceInputs) -> ServiceFindings {
+    service_checks_but_sudo_then(inputs, |_| {})
+}
+
+/// [`service_checks_but_sudo`] that hands HD1's session users to `asked` as
+/// soon as they are known, before the other checks: a light run asks their
+/// helpers meanwhile (D-707).
+pub fn service_checks_but_sudo_then(
+    inputs: &ServiceInputs,
+    asked: impl FnOnce(&[AskedUser]),
+) -> ServiceFindings {
     let config = &inputs.config;
     let mut out = ServiceFindings::default();
     let service = accounts::UserEntry::lookup(&config.service_user)
         .ok()
         .flatten();
     let session = hd1(config, service.as_ref(), &mut out);
+    asked(&out.asked);
     let session_accounts: Vec<Account> = session.iter().map(|(_, e)| e.account()).collect();
     hd2(
         config,

@@ -866,5 +866,92 @@ fn side(findings: Option<ServiceFindings>) -> ServiceSide {
         findings,
         server_host: false,
         sudo: None,
+        early: Vec::new(),
     }
+}
+
+/// How often `user`'s helper got a light request.
+fn light_asks(port: &TablePort, user: &str) -> usize {
+    port.asked
+        .lock()
+        .expect("lock")
+        .iter()
+        .filter(|(name, kind)| name == user && *kind == RequestKind::Light)
+        .count()
+}
+
+#[tokio::test]
+async fn a_light_runs_early_answer_counts_for_the_request_the_service_side_makes() {
+    let config = config();
+    let ctx = ctx(&config, Some(LlmCredentials::Organization));
+    let port = port();
+    let mut doctor = Doctor::new();
+    run(&mut doctor, &ctx, &port, RunKind::Full, Scope::All, &[]).await;
+    assert_eq!(doctor.gate("bob"), Ok(()));
+    // The early answer finds a login; asked again, the helper would not.
+    port.edit("bob", |s| s.hd6.subscription = true);
+    let requests = doctor.requests(
+        &ctx,
+        &findings(&[]).asked,
+        &[],
+        RunKind::Light,
+        Scope::User("bob"),
+    );
+    let early = super::requests::ask_all(&port, requests).await;
+    port.edit("bob", |s| s.hd6.subscription = false);
+    let side = ServiceSide {
+        early,
+        ..side(Some(findings(&[])))
+    };
+    doctor
+        .complete(&ctx, &port, RunKind::Light, Scope::User("bob"), side)
+        .await;
+    assert_eq!(light_asks(&port, "bob"), 1, "not asked again");
+    assert_eq!(light_asks(&port, "alice"), 0, "out of scope");
+    assert_eq!(
+        doctor.gate("bob"),
+        Err(CloseDetail::SubscriptionLoginDetected)
+    );
+}
+
+#[tokio::test]
+async fn a_light_runs_early_answer_to_another_request_is_asked_again() {
+    let config = config();
+    let ctx = ctx(&config, Some(LlmCredentials::Organization));
+    let port = port();
+    let mut doctor = Doctor::new();
+    run(&mut doctor, &ctx, &port, RunKind::Full, Scope::All, &[]).await;
+    // bob's entry changed between the early lookup and the service side.
+    let mut earlier = findings(&[]).asked;
+    earlier[1].entry.home = PathBuf::from("/home/bob-before");
+    port.edit("bob", |s| s.hd6.subscription = true);
+    let requests = doctor.requests(&ctx, &earlier, &[], RunKind::Light, Scope::User("bob"));
+    let early = super::requests::ask_all(&port, requests).await;
+    port.edit("bob", |s| s.hd6.subscription = false);
+    let side = ServiceSide {
+        early,
+        ..side(Some(findings(&[])))
+    };
+    doctor
+        .complete(&ctx, &port, RunKind::Light, Scope::User("bob"), side)
+        .await;
+    assert_eq!(light_asks(&port, "bob"), 2, "asked again");
+    assert_eq!(
+        doctor.gate("bob"),
+        Ok(()),
+        "the answer to this run's request counts"
+    );
+}
+
+#[tokio::test]
+async fn a_light_request_carries_no_homes_and_a_full_one_does() {
+    let config = config();
+    let ctx = ctx(&config, Some(LlmCredentials::Organization));
+    let f = findings(&[]);
+    let doctor = Doctor::new();
+    let light = doctor.requests(&ctx, &f.asked, &f.homes, RunKind::Light, Scope::All);
+    let full = doctor.requests(&ctx, &f.asked, &f.homes, RunKind::Full, Scope::All);
+    assert_eq!(light.len(), 2);
+    assert!(light.iter().all(|(_, r)| r.homes.is_empty()));
+    assert!(full.iter().all(|(_, r)| r.homes.len() == 3));
 }
