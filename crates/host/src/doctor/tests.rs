@@ -880,32 +880,40 @@ fn light_asks(port: &TablePort, user: &str) -> usize {
         .count()
 }
 
-#[tokio::test]
-async fn a_light_runs_early_answer_counts_for_the_request_the_service_side_makes() {
+/// After a clean full run, a light run of bob whose helper was asked early
+/// (D-707) with the requests `early_accounts` give, while bob's helper found a
+/// subscription login; the helper finds none when asked after that. The
+/// service side then finishes with the accounts of `findings`.
+async fn light_run_with_an_early_answer(port: &TablePort, early_accounts: &[AskedUser]) -> Doctor {
     let config = config();
     let ctx = ctx(&config, Some(LlmCredentials::Organization));
-    let port = port();
     let mut doctor = Doctor::new();
-    run(&mut doctor, &ctx, &port, RunKind::Full, Scope::All, &[]).await;
+    run(&mut doctor, &ctx, port, RunKind::Full, Scope::All, &[]).await;
     assert_eq!(doctor.gate("bob"), Ok(()));
-    // The early answer finds a login; asked again, the helper would not.
     port.edit("bob", |s| s.hd6.subscription = true);
     let requests = doctor.requests(
         &ctx,
-        &findings(&[]).asked,
+        early_accounts,
         &[],
         RunKind::Light,
         Scope::User("bob"),
     );
-    let early = super::requests::ask_all(&port, requests).await;
+    let early = super::requests::ask_all(port, requests).await;
     port.edit("bob", |s| s.hd6.subscription = false);
     let side = ServiceSide {
         early,
         ..side(Some(findings(&[])))
     };
     doctor
-        .complete(&ctx, &port, RunKind::Light, Scope::User("bob"), side)
+        .complete(&ctx, port, RunKind::Light, Scope::User("bob"), side)
         .await;
+    doctor
+}
+
+#[tokio::test]
+async fn a_light_runs_early_answer_counts_for_the_request_the_service_side_makes() {
+    let port = port();
+    let doctor = light_run_with_an_early_answer(&port, &findings(&[]).asked).await;
     assert_eq!(light_asks(&port, "bob"), 1, "not asked again");
     assert_eq!(light_asks(&port, "alice"), 0, "out of scope");
     assert_eq!(
@@ -916,25 +924,11 @@ async fn a_light_runs_early_answer_counts_for_the_request_the_service_side_makes
 
 #[tokio::test]
 async fn a_light_runs_early_answer_to_another_request_is_asked_again() {
-    let config = config();
-    let ctx = ctx(&config, Some(LlmCredentials::Organization));
-    let port = port();
-    let mut doctor = Doctor::new();
-    run(&mut doctor, &ctx, &port, RunKind::Full, Scope::All, &[]).await;
-    // bob's entry changed between the early lookup and the service side.
+    // bob's entry changed between the early request and the service side's end.
     let mut earlier = findings(&[]).asked;
     earlier[1].entry.home = PathBuf::from("/home/bob-before");
-    port.edit("bob", |s| s.hd6.subscription = true);
-    let requests = doctor.requests(&ctx, &earlier, &[], RunKind::Light, Scope::User("bob"));
-    let early = super::requests::ask_all(&port, requests).await;
-    port.edit("bob", |s| s.hd6.subscription = false);
-    let side = ServiceSide {
-        early,
-        ..side(Some(findings(&[])))
-    };
-    doctor
-        .complete(&ctx, &port, RunKind::Light, Scope::User("bob"), side)
-        .await;
+    let port = port();
+    let doctor = light_run_with_an_early_answer(&port, &earlier).await;
     assert_eq!(light_asks(&port, "bob"), 2, "asked again");
     assert_eq!(
         doctor.gate("bob"),
