@@ -354,11 +354,23 @@ impl Link {
                     .await?;
                 return self.host.start_pty(&claims, size).await;
             }
-            let (gate, channel) = tokio::join!(
-                self.host.gate(&claims.osu),
-                self.host.session_channel(&claims.osu)
-            );
+            // The gate always runs to its end; a refusal drops the connection
+            // at once, even one still waiting for a restarted helper.
+            let gate = self.host.gate(&claims.osu);
+            let connecting = self.host.session_channel(&claims.osu);
+            tokio::pin!(gate, connecting);
+            let mut channel = None;
+            let gate = loop {
+                tokio::select! {
+                    gate = &mut gate => break gate,
+                    connected = &mut connecting, if channel.is_none() => channel = Some(connected),
+                }
+            };
             gate?;
+            let channel = match channel {
+                Some(channel) => channel,
+                None => connecting.await,
+            };
             let program = self.host.program_of(&claims)?;
             self.host
                 .start_pty_on(channel?, program, claims.sid, size)
