@@ -397,26 +397,48 @@ impl Host {
         }
     }
 
-    /// Whether a PTY start waits for the person at the machine (6.4).
-    pub fn confirms_locally(&self) -> bool {
-        self.confirm.is_some()
-    }
-
-    /// Starts the PTY of a token in the helper of its `osu`.
-    pub async fn start_pty(
+    /// The gate, the local confirmation and the PTY of a token's opening
+    /// (6.1 step 7). Without a local confirmation the session connection to
+    /// the helper is made and checked while the gate runs (D-707): nothing
+    /// starts on it before the gate passed. The gate always runs to its end;
+    /// a refusal drops the connection at once, even one still waiting for a
+    /// restarted helper. With a local confirmation the connection is made
+    /// after it, so it never waits idle for the person at the machine.
+    pub async fn open_pty(
         &self,
         claims: &TerminalSessionClaims,
         size: TerminalSize,
     ) -> Result<PtyIo, CloseDetail> {
+        if self.confirm.is_some() {
+            self.gate(&claims.osu).await?;
+            self.confirm_locally(ConfirmKind::Open, claims).await?;
+            let program = self.program_of(claims)?;
+            let channel = self.session_channel(&claims.osu).await?;
+            return self.start_pty_on(channel, program, claims.sid, size).await;
+        }
+        let gate = self.gate(&claims.osu);
+        let connecting = self.session_channel(&claims.osu);
+        tokio::pin!(gate, connecting);
+        let mut channel = None;
+        let gate = loop {
+            tokio::select! {
+                gate = &mut gate => break gate,
+                connected = &mut connecting, if channel.is_none() => channel = Some(connected),
+            }
+        };
+        gate?;
+        let channel = match channel {
+            Some(channel) => channel,
+            None => connecting.await,
+        };
         let program = self.program_of(claims)?;
-        let channel = self.session_channel(&claims.osu).await?;
-        self.start_pty_on(channel, program, claims.sid, size).await
+        self.start_pty_on(channel?, program, claims.sid, size).await
     }
 
     /// A new session connection to the helper of `osu`, its peer checked.
     /// Nothing starts on it until [`Host::start_pty_on`]; dropped unused, it
     /// closes without a message and the helper starts nothing.
-    pub async fn session_channel(&self, osu: &str) -> Result<Channel, CloseDetail> {
+    async fn session_channel(&self, osu: &str) -> Result<Channel, CloseDetail> {
         self.helpers.session_channel(osu).await.map_err(|fault| {
             tracing::warn!(code = %fault, "the session channel to the helper failed its check");
             if matches!(
@@ -436,7 +458,7 @@ impl Host {
     /// Starts `program` ([`Host::program_of`]) for session `session_id` on
     /// `channel`, a session connection from [`Host::session_channel`] to the
     /// helper of the token's `osu`.
-    pub async fn start_pty_on(
+    async fn start_pty_on(
         &self,
         mut channel: Channel,
         program: StartProgram,
@@ -468,7 +490,7 @@ impl Host {
 
     /// The program of the token's profile (11.1); with organization, the API
     /// key read from the state directory for this start (7.4).
-    pub fn program_of(&self, claims: &TerminalSessionClaims) -> Result<StartProgram, CloseDetail> {
+    fn program_of(&self, claims: &TerminalSessionClaims) -> Result<StartProgram, CloseDetail> {
         let profile = self
             .config
             .profile(&claims.prf)

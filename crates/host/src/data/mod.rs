@@ -342,41 +342,8 @@ impl Link {
             }
             StartOutcome::Closed(_) => return,
         };
-        // The gate, the local confirmation, the PTY (6.1 step 7). Without a
-        // local confirmation the session connection to the helper is made and
-        // checked while the gate runs (D-707): nothing starts on it before the
-        // gate passed, and a refused gate drops it unused.
-        let started = async {
-            if self.host.confirms_locally() {
-                self.host.gate(&claims.osu).await?;
-                self.host
-                    .confirm_locally(ConfirmKind::Open, &claims)
-                    .await?;
-                return self.host.start_pty(&claims, size).await;
-            }
-            // The gate always runs to its end; a refusal drops the connection
-            // at once, even one still waiting for a restarted helper.
-            let gate = self.host.gate(&claims.osu);
-            let connecting = self.host.session_channel(&claims.osu);
-            tokio::pin!(gate, connecting);
-            let mut channel = None;
-            let gate = loop {
-                tokio::select! {
-                    gate = &mut gate => break gate,
-                    connected = &mut connecting, if channel.is_none() => channel = Some(connected),
-                }
-            };
-            gate?;
-            let channel = match channel {
-                Some(channel) => channel,
-                None => connecting.await,
-            };
-            let program = self.host.program_of(&claims)?;
-            self.host
-                .start_pty_on(channel?, program, claims.sid, size)
-                .await
-        }
-        .await;
+        // The gate, the local confirmation, the PTY (6.1 step 7).
+        let started = self.host.open_pty(&claims, size).await;
         let pty = match started {
             Ok(pty) => pty,
             Err(detail) => {

@@ -299,17 +299,19 @@ impl Doctor {
         // checks (D-707); an answer counts only if it answers the request the
         // finished service side makes. A full run builds HD7's lists first.
         let (asked_tx, asked_rx) = tokio::sync::oneshot::channel();
+        let light = kind == RunKind::Light;
         let service = tokio::task::spawn_blocking(move || {
             service_side::service_checks_but_sudo_then(&inputs, |asked| {
-                let _ = asked_tx.send(asked.to_vec());
+                if light {
+                    let _ = asked_tx.send(asked.to_vec());
+                }
             })
         });
         let early = async {
             match asked_rx.await {
-                Ok(asked) if kind == RunKind::Light => {
-                    ask_all(helpers, self.requests(ctx, &asked, &[], kind, scope)).await
-                }
-                _ => Vec::new(),
+                Ok(asked) => ask_all(helpers, self.requests(ctx, &asked, &[], kind, scope)).await,
+                // A full run, or a service side that ended early.
+                Err(_) => Vec::new(),
             }
         };
         let (findings, server_host, early) =
