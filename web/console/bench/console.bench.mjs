@@ -451,7 +451,7 @@ try {
           const holder = document.createElement("div");
           holder.style.cssText = `position:fixed;left:0;top:0;width:${box.width}px;height:${box.height}px;z-index:10;background:#000`;
           document.body.append(holder);
-          const term = new window.Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 14, allowProposedApi: false, convertEol: false, cols: input.cols, rows: input.rows });
+          const term = new window.Terminal({ cursorBlink: false, scrollback: 5000, fontSize: 14, allowProposedApi: false, convertEol: false, cols: input.cols, rows: input.rows });
           term.open(holder);
           if (input.renderer === "webgl") term.loadAddon(new window.WebglAddon.WebglAddon());
           const t0 = performance.now();

@@ -320,6 +320,23 @@ try {
   if (sockets.length !== 0) throw new Error(`a stream was opened after a malformed grant: ${sockets}`);
   await page.unroute("**/api/v1/hosts/*/terminal/sessions");
 
+  step("a stream worker that cannot load: a clear message, and no session asked for (D-709)");
+  await page.click("text=Back to the hosts");
+  await page.waitForSelector("tr[data-host]", { timeout: 30000 });
+  await page.route("**/assets/stream-worker.js", (route) => route.fulfill({ status: 404, contentType: "text/plain", body: "gone" }));
+  const asked = [];
+  const onRequest = (request) => {
+    if (request.method() === "POST" && /\/terminal\/sessions/.test(request.url())) asked.push(request.url());
+  };
+  page.on("request", onRequest);
+  await page.click("tr[data-host] button:text('Open')");
+  await page.waitForSelector("[role=alert]:has-text('stream worker could not run')", { timeout: 30000 });
+  await page.waitForSelector(".terminal-view[data-ended]", { timeout: 5000 });
+  page.off("request", onRequest);
+  if (asked.length !== 0) throw new Error(`a session was asked for without a worker to run it: ${asked}`);
+  if (sockets.length !== 0) throw new Error(`a stream was opened without a worker to run it: ${sockets}`);
+  await page.unroute("**/assets/stream-worker.js");
+
   step("mobile layout and ctrl-c from the bar");
   await page.setViewportSize({ width: 390, height: 844 });
   await page.click("text=Back to the hosts");

@@ -13,6 +13,63 @@ export { HandshakeEnd, readGrant, type Grant, type SessionEvents } from "./strea
 /** The worker's script, served with the console (crates/server/src/http/console.rs). */
 export const STREAM_WORKER_PATH = "/assets/stream-worker.js";
 
+/**
+ * A stream worker started ahead of its session (docs/decisions.md D-709): it
+ * loads, compiles and draws the session's ephemeral key while the person
+ * answers the passkey step-up, instead of after the grant. A step-up that
+ * fails or is cancelled ends it.
+ */
+export class StreamWorker {
+  readonly worker = new Worker(STREAM_WORKER_PATH, { name: "bothy-stream" });
+  readonly #keyHash: Promise<Uint8Array>;
+  #failure: Error | null = null;
+  #onFailure: ((error: Error) => void) | null = null;
+
+  constructor() {
+    this.#keyHash = new Promise((resolve, reject) => {
+      // The worker's first message; `connect` takes the worker's messages over.
+      this.worker.onmessage = (event: MessageEvent<FromWorker>) => {
+        if (event.data.op === "ephemeral") resolve(event.data.keyHash);
+        else reject(new Error("The console's stream worker did not start as expected. Reload the page and try again."));
+      };
+      this.#onFailure = reject;
+    });
+    // Awaited only after a step-up: a failure before that is reported by
+    // `onFailure` or not at all (the attempt ended), never as unhandled.
+    this.#keyHash.catch(() => {});
+    // The script did not load or threw: nothing runs in this tab. Kept from
+    // the start, so that a failure before the session is granted is not lost.
+    this.worker.onerror = (event: ErrorEvent) => {
+      event.preventDefault();
+      this.#fail(new Error("The console's stream worker could not run. Reload the page and try again."));
+    };
+    this.worker.onmessageerror = () => this.#fail(new Error("The console's stream worker sent a message that could not be read."));
+  }
+
+  #fail(error: Error): void {
+    this.#failure ??= error;
+    this.#onFailure?.(error);
+  }
+
+  /**
+   * SHA-256 of the public half of the ephemeral key the worker drew (5.2:
+   * `client_ephemeral_key_hash`). Rejects when the worker cannot run.
+   */
+  ephemeralKeyHash(): Promise<Uint8Array> {
+    return this.#keyHash;
+  }
+
+  /** Calls `handler` when the worker fails, at once if it already has. */
+  onFailure(handler: (error: Error) => void): void {
+    this.#onFailure = handler;
+    if (this.#failure !== null) handler(this.#failure);
+  }
+
+  terminate(): void {
+    this.worker.terminate();
+  }
+}
+
 /** A connected, started session. */
 export class TerminalConnection {
   readonly #worker: Worker;
@@ -26,15 +83,15 @@ export class TerminalConnection {
 
   /**
    * Connects the device stream of `grant` (the cookie authenticates it) and
-   * runs its handshake in a new stream worker, which sends `start`. Rejects
-   * with {@link HandshakeEnd} when the stream closes first, with an Error
-   * when the worker cannot run.
+   * runs its handshake in `prepared` (the grant was asked with the hash of
+   * its ephemeral key), which sends `start`. Rejects with
+   * {@link HandshakeEnd} when the stream closes first, with an Error when the
+   * worker cannot run.
    */
-  static connect(grant: Grant, hostId: string, ephemeralPrivate: Uint8Array, columns: number, rows: number, events: SessionEvents): Promise<TerminalConnection> {
-    const worker = new Worker(STREAM_WORKER_PATH, { name: "bothy-stream" });
+  static connect(prepared: StreamWorker, grant: Grant, hostId: string, columns: number, rows: number, events: SessionEvents): Promise<TerminalConnection> {
+    const worker = prepared.worker;
     const toWorker = (message: ToWorker, transfer: Transferable[] = []) => worker.postMessage(message, transfer);
-    const key = ephemeralPrivate.slice();
-    toWorker({ op: "connect", grant, hostId, ephemeralPrivate: key, columns, rows }, [key.buffer as ArrayBuffer]);
+    toWorker({ op: "connect", grant, hostId, columns, rows });
 
     const url = new URL(grant.stream_path, window.location.href);
     url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
@@ -98,12 +155,7 @@ export class TerminalConnection {
             break;
         }
       };
-      // The script did not load or threw: nothing runs in this tab.
-      worker.onerror = (event: ErrorEvent) => {
-        event.preventDefault();
-        failed(new Error("The console's stream worker could not run. Reload the page and try again."));
-      };
-      worker.onmessageerror = () => failed(new Error("The console's stream worker sent a message that could not be read."));
+      prepared.onFailure(failed);
     });
   }
 

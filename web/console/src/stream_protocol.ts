@@ -76,7 +76,6 @@ export type ToWorker =
       op: "connect";
       grant: Grant;
       hostId: string;
-      ephemeralPrivate: Uint8Array;
       columns: number;
       rows: number;
     }
@@ -94,6 +93,12 @@ export type ToWorker =
 
 /** What the worker tells the page, in the order it happened. */
 export type FromWorker =
+  /**
+   * The first message of every worker: SHA-256 of the public half of the
+   * ephemeral key it drew for its one session (5.2), for the open or attach
+   * request. The private half never leaves the worker (D-709).
+   */
+  | { op: "ephemeral"; keyHash: Uint8Array }
   /** Send on the WebSocket (text, or a binary message). */
   | { op: "socket_send"; data: string | Uint8Array }
   /** Close the WebSocket with this code. */

@@ -5,6 +5,7 @@
 // WebSocket stays the page's (session.ts): the worker sees it through
 // messages, in order. What leaves the worker for the terminal is filtered
 // output and the session's events, in order.
+import { ephemeralKeyHash, publicKey, randomPrivateKey } from "./noise/index.js";
 import { StreamConnection } from "./stream.js";
 import { HandshakeEnd, SOCKET_CLOSED, SOCKET_CLOSING, SOCKET_OPEN, type FromWorker, type SessionEvents, type StreamSocket, type ToWorker } from "./stream_protocol.js";
 
@@ -15,6 +16,15 @@ interface WorkerScope {
 }
 
 const scope = globalThis as unknown as WorkerScope;
+
+/**
+ * The ephemeral key of this worker's one session, drawn as the worker starts
+ * (D-709): while the person answers the step-up, so that its X25519 (and the
+ * compiling of that code) is done before the grant arrives. Only the hash of
+ * its public half goes to the page.
+ */
+let ephemeral: Uint8Array | null = randomPrivateKey();
+scope.postMessage({ op: "ephemeral", keyHash: ephemeralKeyHash(publicKey(ephemeral)) } satisfies FromWorker);
 
 /** `bytes` as a view of a buffer of its own, to hand over without a copy. */
 function owned(bytes: Uint8Array): Uint8Array {
@@ -107,9 +117,9 @@ scope.onmessage = (event: MessageEvent<ToWorker>) => {
   const message = event.data;
   switch (message.op) {
     case "connect":
-      if (connecting) return;
+      if (connecting || ephemeral === null) return;
       connecting = true;
-      StreamConnection.connect(socket, message.grant, message.hostId, message.ephemeralPrivate, message.columns, message.rows, events).then(
+      StreamConnection.connect(socket, message.grant, message.hostId, ephemeral, message.columns, message.rows, events).then(
         (connected) => {
           connection = connected;
           post({ op: "connected" });
@@ -123,7 +133,8 @@ scope.onmessage = (event: MessageEvent<ToWorker>) => {
         },
       );
       // The initiator keeps a copy of its own.
-      message.ephemeralPrivate.fill(0);
+      ephemeral.fill(0);
+      ephemeral = null;
       break;
     case "output_written":
       inFlight = false;

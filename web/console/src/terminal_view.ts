@@ -11,9 +11,8 @@ import { WebglAddon } from "@xterm/addon-webgl";
 import { ApiError, asObject, explain, expectStrings, request } from "./api/client.js";
 import { assertPasskey, passkeysSupported } from "./webauthn.js";
 import { checkPin, storePin, type Pin } from "./pins.js";
-import { ephemeralKeyHash, publicKey, randomPrivateKey } from "./noise/index.js";
 import { toBase64Url } from "./bytes.js";
-import { HandshakeEnd, readGrant, TerminalConnection, type Grant } from "./session.js";
+import { HandshakeEnd, readGrant, StreamWorker, TerminalConnection, type Grant } from "./session.js";
 import { action, reaction, sentence, type StreamEnd } from "./close.js";
 import { groupsOfFour, h, progress } from "./dom.js";
 import { BROWSER_PIN_NOTE, navigate, show } from "./app.js";
@@ -213,8 +212,8 @@ export async function openTerminal(me: Me, host: HostInfo, target: Target, statu
   }
 }
 
-/** Step-up, grant and connection for one attempt. */
-async function grantAndConnect(
+/** The step-up and the grant of one attempt, asked with the ephemeral key of `worker`. */
+async function stepUpAndGrant(
   host: HostInfo,
   target: Target,
   offered: Pin,
@@ -222,11 +221,12 @@ async function grantAndConnect(
   columns: number,
   rows: number,
   status: HTMLElement,
-): Promise<{ grant: Grant; ephemeral: Uint8Array } | null> {
+  worker: StreamWorker,
+): Promise<Grant | null> {
   const stepUpId = await passkeyStepUp(status);
   if (stepUpId === null) return null;
-  const ephemeral = randomPrivateKey();
-  const hash = toBase64Url(ephemeralKeyHash(publicKey(ephemeral)));
+  // Drawn by the worker as it started; only the hash comes here (D-709).
+  const hash = toBase64Url(await worker.ephemeralKeyHash());
   status.replaceChildren(progress("Opening the session…"));
   const body: Record<string, unknown> = { client_ephemeral_key_hash: hash, step_up_id: stepUpId };
   if (pinChanged) body.pin_changed = true;
@@ -244,7 +244,7 @@ async function grantAndConnect(
   if (grant.noise_public_key !== offered.noise_public_key || grant.key_generation !== offered.key_generation) {
     throw new Error("The server granted another host key than the host list showed; not connecting. Reload and check the host's fingerprint.");
   }
-  return { grant, ephemeral };
+  return grant;
 }
 
 const EXTRA_KEYS: Array<[string, string]> = [
@@ -280,7 +280,9 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
   show(view);
   void preStatus;
 
-  const term = new Terminal({ cursorBlink: true, scrollback: 5000, fontSize: 14, allowProposedApi: false, convertEol: false });
+  // A steady cursor: a blink restarted by every key makes Chromium draw a
+  // frame before it runs the echo's messages (D-708).
+  const term = new Terminal({ cursorBlink: false, scrollback: 5000, fontSize: 14, allowProposedApi: false, convertEol: false });
   const fit = new FitAddon();
   term.loadAddon(fit);
   term.open(container);
@@ -400,15 +402,19 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
     if ("attach" in target && tryNumber > 0 && !resumed) {
       status.replaceChildren(progress(`The connection was lost. Reattaching (try ${tryNumber} of ${REATTACH_TRIES})…`));
     }
+    // Started now, it is ready when the grant arrives (D-709).
+    const worker = new StreamWorker();
+    let workerHanded = false;
     try {
-      const granted = await grantAndConnect(host, target, offered, pinChanged, term.cols, term.rows, status);
-      if (granted === null) {
+      const grant = await stepUpAndGrant(host, target, offered, pinChanged, term.cols, term.rows, status, worker);
+      if (grant === null) {
         stop();
         return;
       }
-      sessionId = granted.grant.session_id;
+      sessionId = grant.session_id;
       sessionStorage.setItem(ATTACHED_KEY, JSON.stringify({ session_id: sessionId, host_id: host.id }));
-      connection = await TerminalConnection.connect(granted.grant, host.id, granted.ephemeral, term.cols, term.rows, {
+      workerHanded = true;
+      connection = await TerminalConnection.connect(worker, grant, host.id, term.cols, term.rows, {
         status: (text) => status.replaceChildren(progress(text)),
         output: (bytes, written) => term.write(bytes, written),
         replay: (begin) => {
@@ -439,6 +445,10 @@ async function runView(me: Me, host: HostInfo, initial: Target, offered: Pin, pi
       }
       stop();
       status.replaceChildren(h("p", { class: "error", role: "alert" }, explain(error)), h("button", { onclick: () => leave() }, "Back to the hosts"));
+    } finally {
+      // Not handed to a connection (no step-up, no grant): it ends here. A
+      // connection that fails ends its worker itself.
+      if (!workerHanded) worker.terminate();
     }
   };
   void me;
