@@ -173,6 +173,7 @@ pub async fn serve(
             let result = match acceptor {
                 Some(acceptor) => {
                     let handshake = TLS_HANDSHAKE_TIMEOUT.min(limits.header_read_timeout);
+                    let stream = QuickAck::new(stream);
                     let Some(tls) = tls_accept(&acceptor, stream, peer, handshake).await else {
                         return;
                     };
@@ -187,7 +188,8 @@ pub async fn serve(
                     .await
                 }
                 None => {
-                    let io = TokioIo::new(Tracked::new(stream, Arc::clone(&activity)));
+                    let io =
+                        TokioIo::new(Tracked::new(QuickAck::new(stream), Arc::clone(&activity)));
                     let connection = builder.serve_connection_with_upgrades(io, service);
                     watch(
                         watcher.watch(connection.into_owned()),
@@ -346,6 +348,74 @@ impl hyper::body::Body for InFlightBody {
 
     fn size_hint(&self) -> SizeHint {
         self.body.size_hint()
+    }
+}
+
+/// A client's TCP connection that acknowledges at once what it read when the
+/// read emptied the socket (`TCP_QUICKACK`, docs/decisions.md D-710).
+///
+/// A client that sends with Nagle's algorithm (Chromium's fetch sends a
+/// request's headers and its body as two TLS records) holds its second write
+/// until the first is acknowledged, and Linux delays the acknowledgement of
+/// a connection it sees as interactive by up to 40 ms: the body waited for
+/// that timer. A read that did not fill the buffer took everything the peer
+/// had sent, so the peer may be waiting for its acknowledgement; a full read
+/// (a bulk transfer) leaves more queued and costs no extra call.
+struct QuickAck {
+    inner: TcpStream,
+}
+
+impl QuickAck {
+    fn new(inner: TcpStream) -> Self {
+        QuickAck { inner }
+    }
+}
+
+impl AsyncRead for QuickAck {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let result = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if buf.filled().len() > before && buf.remaining() > 0 {
+            // Linux leaves quick-ack mode by itself; asked again per short
+            // read. A failure only costs the delay this avoids.
+            let _ = socket2::SockRef::from(&this.inner).set_tcp_quickack(true);
+        }
+        result
+    }
+}
+
+impl AsyncWrite for QuickAck {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -555,10 +625,10 @@ fn lacks_resources(error: &std::io::Error) -> bool {
 
 async fn tls_accept(
     acceptor: &TlsAcceptor,
-    stream: TcpStream,
+    stream: QuickAck,
     peer: SocketAddr,
     timeout: Duration,
-) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+) -> Option<tokio_rustls::server::TlsStream<QuickAck>> {
     match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
         Ok(Ok(tls)) => Some(tls),
         Ok(Err(error)) => {
@@ -575,6 +645,101 @@ async fn tls_accept(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A connected pair whose server end Linux treats as interactive (in
+    /// "ping-pong" mode it delays acknowledgements): five request/answer
+    /// exchanges, read on the bare socket.
+    async fn interactive_pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("address"))
+            .await
+            .expect("connect");
+        let (mut server, _) = listener.accept().await.expect("accept");
+        let mut buf = [0u8; 16];
+        for _ in 0..5 {
+            client.write_all(b"ping").await.expect("client writes");
+            server
+                .read_exact(&mut buf[..4])
+                .await
+                .expect("server reads");
+            server.write_all(b"pong").await.expect("server writes");
+            client
+                .read_exact(&mut buf[..4])
+                .await
+                .expect("client reads");
+        }
+        (client, server)
+    }
+
+    fn quickack(stream: &TcpStream) -> bool {
+        socket2::SockRef::from(stream)
+            .tcp_quickack()
+            .expect("TCP_QUICKACK")
+    }
+
+    #[tokio::test]
+    async fn a_read_that_empties_the_socket_is_acknowledged_at_once() {
+        let (mut client, server) = interactive_pair().await;
+        assert!(
+            !quickack(&server),
+            "the kernel delays acknowledgements here"
+        );
+        let mut server = QuickAck::new(server);
+        client.write_all(b"body").await.expect("client writes");
+        let mut buf = [0u8; 64];
+        let read = server.read(&mut buf).await.expect("server reads");
+        assert_eq!(&buf[..read], b"body");
+        assert!(quickack(&server.inner), "a short read asks for quick acks");
+    }
+
+    /// Linux's delayed acknowledgement fires after at least 40 ms and then
+    /// leaves the delaying mode by itself; a check that took longer than
+    /// this from the write says nothing and is made again.
+    const CONCLUSIVE: Duration = Duration::from_millis(20);
+
+    /// Whether the server end asks for quick acks after the client wrote
+    /// `sent` and the server read `read_len` bytes of it; `None` when the
+    /// kernel's own timer may have decided it.
+    async fn quickack_after(sent: &[u8], read_len: usize, wrapped: bool) -> Option<bool> {
+        let (mut client, server) = interactive_pair().await;
+        let mut buf = vec![0u8; read_len];
+        let started = std::time::Instant::now();
+        client.write_all(sent).await.expect("client writes");
+        let quick = if wrapped {
+            let mut server = QuickAck::new(server);
+            server.read_exact(&mut buf).await.expect("server reads");
+            quickack(&server.inner)
+        } else {
+            let mut server = server;
+            server.read_exact(&mut buf).await.expect("server reads");
+            quickack(&server)
+        };
+        (started.elapsed() < CONCLUSIVE).then_some(quick)
+    }
+
+    async fn conclusive(sent: &[u8], read_len: usize, wrapped: bool) -> bool {
+        for _ in 0..20 {
+            if let Some(quick) = quickack_after(sent, read_len, wrapped).await {
+                return quick;
+            }
+        }
+        panic!("no check ended within {CONCLUSIVE:?} of its write");
+    }
+
+    #[tokio::test]
+    async fn a_bare_socket_and_a_full_read_keep_delaying_acknowledgements() {
+        assert!(
+            !conclusive(b"body", 4, false).await,
+            "without QuickAck the delay stays"
+        );
+        // A read that fills the buffer (more is queued: a bulk transfer)
+        // makes no call.
+        assert!(
+            !conclusive(&[7u8; 128], 16, true).await,
+            "a full read makes no call"
+        );
+    }
 
     fn os_error(errno: nix::errno::Errno) -> std::io::Error {
         std::io::Error::from_raw_os_error(errno as i32)
