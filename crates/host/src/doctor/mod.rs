@@ -370,7 +370,7 @@ impl Doctor {
             findings,
             server_host,
             sudo,
-            early,
+            mut early,
         } = side;
         self.server_host = server_host;
         self.declaration = ctx.declaration;
@@ -391,21 +391,17 @@ impl Doctor {
         let requests = self.requests(ctx, &findings.asked, &findings.homes, kind, scope);
         // An answer to exactly the request this run makes counts; the rest
         // (a session user whose entry or list changed meanwhile) is asked now.
-        let (answered, unasked): (Vec<Asked>, Vec<(String, CheckRequest)>) = {
-            let mut early = early;
-            let mut unasked = Vec::new();
-            let mut answered = Vec::new();
-            for (name, request) in requests {
-                match early
-                    .iter()
-                    .position(|a| a.name == name && a.request == request)
-                {
-                    Some(i) => answered.push(early.swap_remove(i)),
-                    None => unasked.push((name, request)),
-                }
+        let mut answered = Vec::new();
+        let mut unasked = Vec::new();
+        for (name, request) in requests {
+            match early
+                .iter()
+                .position(|a| a.name == name && a.request == request)
+            {
+                Some(i) => answered.push(early.swap_remove(i)),
+                None => unasked.push((name, request)),
             }
-            (answered, unasked)
-        };
+        }
         for asked in answered.into_iter().chain(ask_all(helpers, unasked).await) {
             self.apply(&asked.name, &asked.request, &findings.homes, asked.answer);
         }

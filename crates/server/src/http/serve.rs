@@ -170,10 +170,10 @@ pub async fn serve(
                 })
             };
             let builder = auto::Builder::new(TokioExecutor::new());
+            let stream = QuickAck::new(stream);
             let result = match acceptor {
                 Some(acceptor) => {
                     let handshake = TLS_HANDSHAKE_TIMEOUT.min(limits.header_read_timeout);
-                    let stream = QuickAck::new(stream);
                     let Some(tls) = tls_accept(&acceptor, stream, peer, handshake).await else {
                         return;
                     };
@@ -188,8 +188,7 @@ pub async fn serve(
                     .await
                 }
                 None => {
-                    let io =
-                        TokioIo::new(Tracked::new(QuickAck::new(stream), Arc::clone(&activity)));
+                    let io = TokioIo::new(Tracked::new(stream, Arc::clone(&activity)));
                     let connection = builder.serve_connection_with_upgrades(io, service);
                     watch(
                         watcher.watch(connection.into_owned()),
