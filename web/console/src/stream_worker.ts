@@ -32,16 +32,19 @@ function owned(bytes: Uint8Array): Uint8Array {
 }
 
 /**
- * Output waiting to go to the page. One batch is in flight at a time: the
- * page says when the terminal has parsed it (`output_written`), and what the
+ * Output waiting to go to the page. At most two batches are in flight: the
+ * page says when the terminal has parsed one (`output_written`), and what the
  * socket brought meanwhile goes next as one transfer and one write of the
- * terminal (D-700). Output with nothing in flight (an echo) goes at once.
- * Every other message to the page goes after the output before it.
+ * terminal (D-700). The second batch waits in the terminal's own queue while
+ * it parses the first, so the page never idles for the round trip of
+ * `output_written` (D-711). Output with nothing in flight (an echo) goes at
+ * once. Every other message to the page goes after the output before it.
  */
 const OUTPUT_IN_FLIGHT_MAX = 1024 * 1024;
+const BATCHES_IN_FLIGHT = 2;
 let batch: Uint8Array[] = [];
 let batched = 0;
-let inFlight = false;
+let inFlight = 0;
 
 function flushOutput(): void {
   if (batched === 0) return;
@@ -58,7 +61,7 @@ function flushOutput(): void {
   }
   batch = [];
   batched = 0;
-  inFlight = true;
+  inFlight += 1;
   scope.postMessage({ op: "output", bytes } satisfies FromWorker, [bytes.buffer as ArrayBuffer]);
 }
 
@@ -73,7 +76,7 @@ function queueOutput(bytes: Uint8Array): void {
   batch.push(bytes);
   batched += bytes.length;
   // Bounded here: beyond the limit the terminal's own queue holds it.
-  if (!inFlight || batched >= OUTPUT_IN_FLIGHT_MAX) flushOutput();
+  if (inFlight < BATCHES_IN_FLIGHT || batched >= OUTPUT_IN_FLIGHT_MAX) flushOutput();
 }
 
 /** The page's WebSocket, as the worker sees it. */
@@ -137,7 +140,7 @@ scope.onmessage = (event: MessageEvent<ToWorker>) => {
       ephemeral = null;
       break;
     case "output_written":
-      inFlight = false;
+      inFlight = Math.max(0, inFlight - 1);
       flushOutput();
       break;
     case "socket_open":
