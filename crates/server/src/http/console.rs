@@ -40,11 +40,12 @@ macro_rules! asset {
             path: $path,
             file: $file,
             content_type: $content_type,
-            bytes: include_bytes!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../web/console/dist/",
-                $file
-            )),
+            // Relative to this file, not to `CARGO_MANIFEST_DIR`: Cargo keeps
+            // a dependency below the package's folder (as this path is,
+            // textually) relative to it, and an absolute one as it is, so a
+            // target folder shared by two clones would not see the bundle of
+            // the one it builds change (D-712).
+            bytes: include_bytes!(concat!("../../../../web/console/dist/", $file)),
         }
     };
 }
