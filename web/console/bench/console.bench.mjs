@@ -13,6 +13,8 @@
 //   the same page and run, the same bytes written into an xterm.js Terminal
 //   of the same size and options from memory (64 KiB writes), until the last
 //   write is parsed and the next frame painted. Three runs each, the median.
+//   With each, the animation frames the page ran per second meanwhile (a
+//   frame is where the terminal paints; D-711).
 // - Keystroke echo: keydown in the tab -> the echoed glyph painted in the
 //   terminal's rows (the PTY's echo at `cat > /dev/null`), 300 samples after
 //   30; p50 and p99.
@@ -408,6 +410,26 @@ try {
   const [rows, cols] = [Number(size[1]), Number(size[2])];
   const tab = [];
   const memory = [];
+  const tabFrames = [];
+  const memoryFrames = [];
+  // Counts animation frames from now until the returned function is called
+  // (which stops the count and returns it).
+  await page.evaluate(() => {
+    window.__countFrames = () => {
+      let frames = 0;
+      let counting = true;
+      const count = () => {
+        if (!counting) return;
+        frames += 1;
+        requestAnimationFrame(count);
+      };
+      requestAnimationFrame(count);
+      return () => {
+        counting = false;
+        return frames;
+      };
+    };
+  });
   for (let run = 0; run < 3; run += 1) {
     await page.click(".terminal-host");
     // Typed with $((..)): only the output has the digits.
@@ -418,11 +440,14 @@ try {
       // a first line may scroll away before a frame paints it).
       const start = performance.now();
       window.__burst = new Promise((resolve) => {
+        // The frames the page ran while the burst was drawn, as for the
+        // write from memory below.
+        const frames = window.__countFrames();
         const observer = new MutationObserver(() => {
           const text = (rows.textContent ?? "").replace(/\u00a0/g, " ");
           if (text.includes(marks.end)) {
             observer.disconnect();
-            resolve({ start, end: performance.now() });
+            resolve({ start, end: performance.now(), frames: frames() });
           }
         });
         observer.observe(rows, { subtree: true, childList: true, characterData: true });
@@ -433,6 +458,7 @@ try {
     const result = await page.evaluate(() => window.__burst);
     if (profiling && run === 0) await profileStop(page, "tab");
     tab.push(receivedMiB / ((result.end - result.start) / 1000));
+    tabFrames.push(result.frames / ((result.end - result.start) / 1000));
 
     // The bytes go into the page first, so a profile of the write holds
     // only the write.
@@ -440,7 +466,7 @@ try {
       window.__burstInput = input;
     }, { data: received, cols, rows, renderer });
     if (profiling && run === 0) await profileStart(page);
-    const took = await page.evaluate(
+    const { took, frames } = await page.evaluate(
       () =>
         new Promise((resolve) => {
           const input = window.__burstInput;
@@ -455,6 +481,7 @@ try {
           term.open(holder);
           if (input.renderer === "webgl") term.loadAddon(new window.WebglAddon.WebglAddon());
           const t0 = performance.now();
+          const frames = window.__countFrames();
           const chunk = 64 * 1024;
           let at = 0;
           const next = () => {
@@ -464,9 +491,10 @@ try {
               term.write(piece, () =>
                 requestAnimationFrame(() => {
                   const t1 = performance.now();
+                  const counted = frames();
                   term.dispose();
                   holder.remove();
-                  resolve(t1 - t0);
+                  resolve({ took: t1 - t0, frames: counted });
                 }),
               );
             } else {
@@ -479,11 +507,14 @@ try {
     );
     if (profiling && run === 0) await profileStop(page, "memory");
     memory.push(receivedMiB / (took / 1000));
+    memoryFrames.push(frames / (took / 1000));
   }
   figure("console_burst_bytes", received.length, "bytes");
   figure("console_burst_tab_mib_s", median(tab).toFixed(1), "MiB/s");
   figure("console_burst_xterm_memory_mib_s", median(memory).toFixed(1), "MiB/s");
   figure("console_burst_tab_over_memory", (median(tab) / median(memory)).toFixed(2), "ratio");
+  figure("console_burst_tab_frames_per_s", median(tabFrames).toFixed(1), "frames/s");
+  figure("console_burst_xterm_memory_frames_per_s", median(memoryFrames).toFixed(1), "frames/s");
   console.log("OK");
 } catch (error) {
   failed = true;
