@@ -102,8 +102,9 @@ async fn run() -> anyhow::Result<()> {
     let ids = neighbours.ids.clone();
     let per_session = neighbours.per_session_kib;
     neighbours.finish()?;
-    server.wait_unpaired(&ids).await?;
     drop((typist, shell));
+    server.wait_unpaired(&ids).await?;
+    server.wait_settled().await?;
 
     let ids = server.insert_sessions(&account, 1).await?;
     let id = ids[0];

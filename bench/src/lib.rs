@@ -224,6 +224,28 @@ impl BenchServer {
         .map_err(|_| anyhow!("the relay still holds sides of the sessions"))
     }
 
+    /// Waits until no session is `active` in the database any more: the
+    /// relay writes the detach of every session whose sides left in tasks of
+    /// its own, and a run measured while thousands of them still commit
+    /// would share the machine with them.
+    pub async fn wait_settled(&self) -> anyhow::Result<()> {
+        tokio::time::timeout(Duration::from_secs(300), async {
+            loop {
+                let active: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM terminal_sessions WHERE state = 'active'",
+                )
+                .fetch_one(self.state.db().pool())
+                .await?;
+                if active == 0 {
+                    return Ok::<(), anyhow::Error>(());
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .map_err(|_| anyhow!("sessions were still active in the database"))?
+    }
+
     /// The TOTP code of the next 30 s step (the clock moves there).
     fn fresh_code(&self, totp: &totp_rs::TOTP) -> anyhow::Result<String> {
         self.clock.advance(Duration::from_secs(30));
