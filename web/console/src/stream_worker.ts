@@ -37,8 +37,9 @@ function owned(bytes: Uint8Array): Uint8Array {
  * socket brought meanwhile goes next as one transfer and one write of the
  * terminal (D-700). The second batch waits in the terminal's own queue while
  * it parses the first, so the page never idles for the round trip of
- * `output_written` (D-711). Output with nothing in flight (an echo) goes at
- * once. Every other message to the page goes after the output before it.
+ * `output_written` (D-711). Output with fewer than two batches in flight (an
+ * echo) goes at once. Every other message to the page goes after the output
+ * before it.
  */
 const OUTPUT_IN_FLIGHT_MAX = 1024 * 1024;
 const BATCHES_IN_FLIGHT = 2;
