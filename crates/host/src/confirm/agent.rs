@@ -8,8 +8,11 @@
 //!   feature `test-seams` moves the folder through [`DIALOG_DIR_ENV`]).
 //!   Without either the agent answers no and logs `no_dialog_tool`.
 //! - Exit status 0 of the dialog is consent; anything else (no, closed,
-//!   timed out, failed) denies. The agent closes a dialog at the request's
-//!   `timeout_ms` at the latest and answers no.
+//!   failed) denies. A dialog that timed out (zenity's exit status 5) or is
+//!   still open at the request's `timeout_ms` is closed and answers nothing:
+//!   the host service's own deadline ends the request as `timeout`, which is
+//!   what happened, and a "no" racing it could make its log say `denied`
+//!   (D-715).
 //! - The text names open or attach, the profile and the session user,
 //!   nothing else (no markup: zenity gets `--no-markup`).
 //! - A dialog runs in its own process group, which `cancel`, the deadline or
@@ -237,7 +240,21 @@ impl Side for AgentSide<'_> {
     }
 }
 
-/// Shows one dialog and sends its answer (nothing when cancelled).
+/// zenity's exit status when its `--timeout` ran out.
+const ZENITY_TIMED_OUT: i32 = 5;
+
+/// How a dialog ended.
+enum Ended {
+    /// The person answered, or the dialog failed (`false`).
+    Answer(bool),
+    /// The service cancelled the request.
+    Cancelled,
+    /// Nobody answered before the deadline.
+    TimedOut,
+}
+
+/// Shows one dialog and sends its answer (nothing when cancelled or timed
+/// out).
 async fn ask(
     id: u64,
     kind: Kind,
@@ -273,9 +290,12 @@ async fn ask(
     };
     let group = child.id();
     let outcome = tokio::select! {
-        status = child.wait() => Some(status.is_ok_and(|s| s.success())),
-        _ = &mut cancel => None,
-        () = tokio::time::sleep(timeout) => Some(false),
+        status = child.wait() => match status {
+            Ok(status) if status.code() == Some(ZENITY_TIMED_OUT) => Ended::TimedOut,
+            status => Ended::Answer(status.is_ok_and(|s| s.success())),
+        },
+        _ = &mut cancel => Ended::Cancelled,
+        () = tokio::time::sleep(timeout) => Ended::TimedOut,
     };
     // The dialog's whole group ends with the request (a wrapper's children too).
     if let Some(group) = group.and_then(|g| i32::try_from(g).ok()) {
@@ -286,7 +306,7 @@ async fn ask(
     }
     let _ = child.wait().await;
     match outcome {
-        Some(allow) => {
+        Ended::Answer(allow) => {
             tracing::info!(
                 code = if allow {
                     "confirm_allowed"
@@ -298,10 +318,15 @@ async fn ask(
             );
             let _ = answers.send(FromAgent::Answer { id, allow });
         }
-        None => tracing::info!(
+        Ended::Cancelled => tracing::info!(
             code = "confirm_cancelled",
             kind = kind.as_str(),
             "the request was cancelled; the dialog was closed"
+        ),
+        Ended::TimedOut => tracing::info!(
+            code = "confirm_timed_out",
+            kind = kind.as_str(),
+            "nobody answered before the deadline; the dialog was closed"
         ),
     }
 }
@@ -334,6 +359,46 @@ mod tests {
         assert!(text.contains("open a new terminal session"));
         assert!(text.contains("Profile: claude"));
         assert!(text.contains("Session user: bob"));
+    }
+
+    /// Runs `ask` with `sh -c <script>` as the dialog and returns its
+    /// answer, if it sent one.
+    async fn ask_with(script: &str, timeout: Duration) -> Option<bool> {
+        let (_cancel_tx, cancel_rx) = oneshot::channel();
+        let (answers_tx, mut answers_rx) = mpsc::unbounded_channel();
+        let command = Some((
+            PathBuf::from("/bin/sh"),
+            vec!["-c".to_owned(), script.to_owned()],
+        ));
+        ask(7, Kind::Open, command, timeout, cancel_rx, answers_tx).await;
+        answers_rx.try_recv().ok().map(|answer| {
+            let FromAgent::Answer { id, allow } = answer;
+            assert_eq!(id, 7);
+            allow
+        })
+    }
+
+    #[tokio::test]
+    async fn a_dialog_answers_yes_or_no_by_its_exit_status() {
+        let long = Duration::from_secs(600);
+        assert_eq!(ask_with("exit 0", long).await, Some(true));
+        assert_eq!(ask_with("exit 1", long).await, Some(false));
+        assert_eq!(ask_with("kill -9 $$", long).await, Some(false));
+    }
+
+    #[tokio::test]
+    async fn a_timed_out_zenity_answers_nothing() {
+        assert_eq!(ask_with("exit 5", Duration::from_secs(600)).await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dialog_open_at_the_deadline_is_closed_and_answers_nothing() {
+        // The paused clock reaches the deadline as soon as nothing else can
+        // run; the dialog would sleep for an hour.
+        assert_eq!(
+            ask_with("exec sleep 3600", Duration::from_secs(3)).await,
+            None
+        );
     }
 
     #[test]
