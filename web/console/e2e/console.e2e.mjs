@@ -16,14 +16,15 @@
 // passkey), E2E_SESSION_USER, E2E_SCREENSHOTS.
 // The browser trusts the server's CA through an NSS database of its own
 // (certutil), and reaches it as https://localhost (the server's public_url,
-// the WebAuthn origin) through a TCP forwarder on 127.0.0.1:443.
+// the WebAuthn origin) through a forwarder on 127.0.0.1:443 that plays the
+// network between the two (below).
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { mkdirSync, mkdtempSync } from "node:fs";
-import { createServer, connect } from "node:net";
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { connect as tlsConnect, createServer as tlsCreateServer } from "node:tls";
 import { createInterface } from "node:readline";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
 
 const env = (name) => {
   const value = process.env[name];
@@ -46,26 +47,186 @@ const ask = (question) =>
     console.log(question);
   });
 
-// https://localhost:443 -> the server.
-const forwarder = createServer((client) => {
-  const upstream = connect(port, "127.0.0.1");
-  client.pipe(upstream).pipe(client);
-  const end = () => {
-    client.destroy();
-    upstream.destroy();
-  };
-  client.on("error", end);
-  upstream.on("error", end);
-});
-await new Promise((resolve, reject) => forwarder.listen(443, "127.0.0.1", resolve).on("error", reject));
-const base = "https://localhost";
-
 // A browser profile whose NSS database trusts the server's CA.
 const home = mkdtempSync(join(tmpdir(), "bothy-console-e2e-"));
 const nss = join(home, ".pki", "nssdb");
 mkdirSync(nss, { recursive: true });
 execFileSync("certutil", ["-N", "--empty-password", "-d", `sql:${nss}`]);
 execFileSync("certutil", ["-A", "-t", "C,,", "-n", "bothy-test-ca", "-i", env("E2E_CA"), "-d", `sql:${nss}`]);
+
+// The network between the tab and the server, for the refusals of 13 and the
+// bad input: https://localhost:443 is a relay that can read and change what
+// crosses it, as a server that turned against its users could. It holds a
+// certificate for localhost from the server's local CA (the key beside
+// E2E_CA), forwards every connection to the server over TLS and sees the
+// device stream's WebSocket frames in the clear; the Noise inside them is the
+// tab's and the host's. The stream runs in the tab's stream worker (D-716),
+// where Playwright's routeWebSocket does not reach, so the tampering is
+// here, on the wire. Modes, taken by each stream when it connects: "pass"
+// relays; "record" keeps the tab's Noise message 1; "replay" sends that old
+// message 1 instead of the new one (the host sees a used token: 4101); "flip"
+// changes the last byte of message 1 (the host cannot decrypt it: 4104);
+// "garble" changes a byte of the first transport message to the tab (it does
+// not decrypt in the tab); "cut" closes the stream after message 1
+// (mid-handshake). The server and the host are real.
+const relayConfig = join(home, "relay.cnf");
+writeFileSync(
+  relayConfig,
+  [
+    "[req]", "distinguished_name = dn", "x509_extensions = leaf", "prompt = no",
+    "[dn]", "CN = localhost",
+    "[leaf]", "basicConstraints = critical, CA:FALSE", "keyUsage = critical, digitalSignature",
+    "extendedKeyUsage = serverAuth", "subjectAltName = DNS:localhost",
+  ].join("\n") + "\n",
+);
+execFileSync("openssl", [
+  "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2",
+  "-config", relayConfig, "-keyout", join(home, "relay.key"), "-out", join(home, "relay.pem"),
+  "-CA", env("E2E_CA"), "-CAkey", join(dirname(env("E2E_CA")), "ca.key"),
+], { stdio: ["ignore", "ignore", "inherit"] });
+const serverCa = readFileSync(env("E2E_CA"));
+let tamper = "pass";
+let recorded = null;
+/** The device streams the tab asked for, as the relay saw their upgrades. */
+const streams = [];
+const STREAM_UPGRADE = /^GET \/api\/v1\/terminal\/sessions\/[0-9a-f-]+\/stream[ ?]/;
+const HEAD_END = Buffer.from("\r\n\r\n");
+
+/** Splits WebSocket frames (RFC 6455 5.2) out of a byte stream, whole. */
+class Frames {
+  #buffer = Buffer.alloc(0);
+  /** The whole frames in `chunk` and what came before it: [{ raw, opcode, masked, payloadAt }]. */
+  push(chunk) {
+    this.#buffer = Buffer.concat([this.#buffer, chunk]);
+    const frames = [];
+    for (;;) {
+      const b = this.#buffer;
+      if (b.length < 2) break;
+      const masked = (b[1] & 0x80) !== 0;
+      let len = b[1] & 0x7f;
+      let at = 2;
+      if (len === 126) {
+        if (b.length < 4) break;
+        len = b.readUInt16BE(2);
+        at = 4;
+      } else if (len === 127) {
+        if (b.length < 10) break;
+        len = Number(b.readBigUInt64BE(2));
+        at = 10;
+      }
+      if (masked) at += 4;
+      if (b.length < at + len) break;
+      frames.push({ raw: Buffer.from(b.subarray(0, at + len)), opcode: b[0] & 0x0f, masked, payloadAt: at });
+      this.#buffer = b.subarray(at + len);
+    }
+    return frames;
+  }
+}
+
+/**
+ * Relays one device stream in `mode`, its upgrade request (`head`) read.
+ * Masking is an XOR, so flipping a bit of a masked payload flips the same
+ * bit of what the server unmasks.
+ */
+function relayStream(client, upstream, head, rest, mode) {
+  upstream.write(head);
+  let response = Buffer.alloc(0);
+  let upgraded = false;
+  const fromTab = new Frames();
+  const toTab = new Frames();
+  let tabMessages = 0;
+  let hostMessages = 0;
+  const end = () => {
+    client.destroy();
+    upstream.destroy();
+  };
+  const onTab = (chunk) => {
+    for (const frame of fromTab.push(chunk)) {
+      let raw = frame.raw;
+      if (frame.opcode === 0x2) {
+        tabMessages += 1;
+        if (tabMessages === 1) {
+          if (mode === "record") recorded = raw;
+          if (mode === "replay" && recorded !== null) raw = recorded;
+          if (mode === "flip") raw[raw.length - 1] ^= 0x01;
+          if (mode === "cut") {
+            // A close 1000 to the tab, and nothing to the server.
+            client.end(Buffer.from([0x88, 0x02, 0x03, 0xe8]));
+            upstream.destroy();
+            return;
+          }
+        }
+      }
+      upstream.write(raw);
+    }
+  };
+  const onServer = (chunk) => {
+    for (const frame of toTab.push(chunk)) {
+      if (frame.opcode === 0x2) {
+        hostMessages += 1;
+        if (mode === "garble" && hostMessages === 2) frame.raw[frame.raw.length - 1] ^= 0x01;
+      }
+      client.write(frame.raw);
+    }
+  };
+  if (rest.length > 0) onTab(rest);
+  client.on("data", onTab);
+  upstream.on("data", (chunk) => {
+    if (upgraded) {
+      onServer(chunk);
+      return;
+    }
+    response = Buffer.concat([response, chunk]);
+    const at = response.indexOf(HEAD_END);
+    if (at < 0) return;
+    upgraded = true;
+    client.write(response.subarray(0, at + HEAD_END.length));
+    const after = response.subarray(at + HEAD_END.length);
+    if (after.length > 0) onServer(after);
+  });
+  client.on("end", end);
+  upstream.on("end", end);
+}
+
+const forwarder = tlsCreateServer(
+  { key: readFileSync(join(home, "relay.key")), cert: readFileSync(join(home, "relay.pem")), ALPNProtocols: ["h2", "http/1.1"] },
+  (client) => {
+    const mode = tamper;
+    const protocol = client.alpnProtocol || "http/1.1";
+    const upstream = tlsConnect({ host: "127.0.0.1", port, servername: "localhost", ca: serverCa, ALPNProtocols: [protocol] });
+    const end = () => {
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on("error", end);
+    upstream.on("error", end);
+    if (protocol !== "http/1.1") {
+      // HTTP/2: the console's API calls; the stream is always HTTP/1.1.
+      client.pipe(upstream).pipe(client);
+      return;
+    }
+    let head = Buffer.alloc(0);
+    const first = (chunk) => {
+      head = Buffer.concat([head, chunk]);
+      const at = head.indexOf(HEAD_END);
+      if (at < 0) return;
+      client.off("data", first);
+      const request = head.subarray(0, at + HEAD_END.length);
+      const rest = head.subarray(at + HEAD_END.length);
+      const line = request.subarray(0, request.indexOf("\r\n")).toString("latin1");
+      if (STREAM_UPGRADE.test(line)) {
+        streams.push(line.split(" ")[1]);
+        relayStream(client, upstream, request, rest, mode);
+      } else {
+        upstream.write(head);
+        client.pipe(upstream).pipe(client);
+      }
+    };
+    client.on("data", first);
+  },
+);
+await new Promise((resolve, reject) => forwarder.listen(443, "127.0.0.1", resolve).on("error", reject));
+const base = "https://localhost";
 
 const browser = await chromium.launch({
   executablePath: "/usr/bin/chromium",
@@ -93,51 +254,6 @@ try {
   await cdp.send("WebAuthn.enable");
   const { authenticatorId } = await cdp.send("WebAuthn.addVirtualAuthenticator", {
     options: { protocol: "ctap2", transport: "internal", hasResidentKey: true, hasUserVerification: true, isUserVerified: true, automaticPresenceSimulation: true },
-  });
-
-  // The network between the tab and the server, for the refusals of 13 and
-  // the bad input: "pass" relays; "record" keeps the tab's Noise message 1;
-  // "replay" sends that old message 1 instead of the new one (the host sees
-  // a used token: 4101); "flip" changes the last byte of message 1 (the host
-  // cannot decrypt it: 4104); "garble" changes a byte of the first transport
-  // message to the tab (it does not decrypt in the tab); "cut" closes the
-  // stream after message 1 (mid-handshake). The server and the host are real.
-  let tamper = "pass";
-  let recorded = null;
-  await page.routeWebSocket(/\/stream$/, (ws) => {
-    const mode = tamper;
-    const server = ws.connectToServer();
-    let fromTab = 0;
-    let toTab = 0;
-    ws.onMessage((message) => {
-      if (typeof message !== "string") {
-        fromTab += 1;
-        if (fromTab === 1) {
-          if (mode === "record") recorded = Buffer.from(message);
-          if (mode === "replay" && recorded !== null) message = recorded;
-          if (mode === "flip") {
-            message = Buffer.from(message);
-            message[message.length - 1] ^= 0x01;
-          }
-          if (mode === "cut") {
-            server.close();
-            ws.close({ code: 1000, reason: "" });
-            return;
-          }
-        }
-      }
-      server.send(message);
-    });
-    server.onMessage((message) => {
-      if (typeof message !== "string") {
-        toTab += 1;
-        if (mode === "garble" && toTab === 2) {
-          message = Buffer.from(message);
-          message[message.length - 1] ^= 0x01;
-        }
-      }
-      ws.send(message);
-    });
   });
 
   step("csp header");
@@ -312,12 +428,11 @@ try {
   await page.click("button:text('Reload')");
   await page.waitForSelector("tr[data-host]", { timeout: 30000 });
   await page.route("**/api/v1/hosts/*/terminal/sessions", (route) => route.fulfill({ status: 200, contentType: "application/json", body: "{\"session_id\": 5}" }));
-  const sockets = [];
-  page.on("websocket", (ws) => sockets.push(ws.url()));
+  const streamsBefore = streams.length;
   await page.click("tr[data-host] button:text('Open')");
   await page.waitForSelector("[role=alert]:has-text('The grant lacks')", { timeout: 30000 });
   await page.waitForSelector(".terminal-view[data-ended]", { timeout: 5000 });
-  if (sockets.length !== 0) throw new Error(`a stream was opened after a malformed grant: ${sockets}`);
+  if (streams.length !== streamsBefore) throw new Error(`a stream was opened after a malformed grant: ${streams.slice(streamsBefore)}`);
   await page.unroute("**/api/v1/hosts/*/terminal/sessions");
 
   step("a stream worker that cannot load: a clear message, and no session asked for (D-709)");
@@ -325,6 +440,7 @@ try {
   await page.waitForSelector("tr[data-host]", { timeout: 30000 });
   await page.route("**/assets/stream-worker.js", (route) => route.fulfill({ status: 404, contentType: "text/plain", body: "gone" }));
   const asked = [];
+  const streamsBeforeWorker = streams.length;
   const onRequest = (request) => {
     if (request.method() === "POST" && /\/terminal\/sessions/.test(request.url())) asked.push(request.url());
   };
@@ -334,7 +450,7 @@ try {
   await page.waitForSelector(".terminal-view[data-ended]", { timeout: 5000 });
   page.off("request", onRequest);
   if (asked.length !== 0) throw new Error(`a session was asked for without a worker to run it: ${asked}`);
-  if (sockets.length !== 0) throw new Error(`a stream was opened without a worker to run it: ${sockets}`);
+  if (streams.length !== streamsBeforeWorker) throw new Error(`a stream was opened without a worker to run it: ${streams.slice(streamsBeforeWorker)}`);
   await page.unroute("**/assets/stream-worker.js");
 
   step("mobile layout and ctrl-c from the bar");

@@ -1,10 +1,9 @@
 // One terminal session in the tab, as the page sees it (spec 24, 6.1 steps
-// 5-7, 5.2, 5.4). The page holds the device stream's WebSocket; the stream
-// itself (Noise NK, the frames, the output filter of 11.2) runs in a stream
-// worker of its own (stream_worker.ts, docs/decisions.md D-700), so that a
-// burst of output is decrypted and filtered beside the page's thread, which
-// only moves messages and renders. This class joins the two and is the
-// view's handle on the session.
+// 5-7, 5.2, 5.4). The stream (its WebSocket, Noise NK, the frames, the
+// output filter of 11.2) runs in a stream worker of its own
+// (stream_worker.ts, docs/decisions.md D-700, D-716), so that a burst of
+// output is received, decrypted and filtered beside the page's thread, which
+// only renders. This class is the view's handle on the session.
 import type { FromWorker, Grant, SessionEvents, ToWorker } from "./stream_protocol.js";
 import { HandshakeEnd } from "./stream_protocol.js";
 
@@ -70,15 +69,16 @@ export class StreamWorker {
   }
 }
 
+/** How long a stopped worker has to close its socket before it is ended. */
+const STOP_GRACE_MS = 1000;
+
 /** A connected, started session. */
 export class TerminalConnection {
   readonly #worker: Worker;
-  readonly #socket: WebSocket;
   #ended = false;
 
-  private constructor(worker: Worker, socket: WebSocket) {
+  private constructor(worker: Worker) {
     this.#worker = worker;
-    this.#socket = socket;
   }
 
   /**
@@ -90,24 +90,7 @@ export class TerminalConnection {
    */
   static connect(prepared: StreamWorker, grant: Grant, hostId: string, columns: number, rows: number, events: SessionEvents): Promise<TerminalConnection> {
     const worker = prepared.worker;
-    const toWorker = (message: ToWorker, transfer: Transferable[] = []) => worker.postMessage(message, transfer);
-    toWorker({ op: "connect", grant, hostId, columns, rows });
-
-    const url = new URL(grant.stream_path, window.location.href);
-    url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
-    const socket = new WebSocket(url.href);
-    socket.binaryType = "arraybuffer";
-    socket.onopen = () => toWorker({ op: "socket_open" });
-    socket.onmessage = (event: MessageEvent<string | ArrayBuffer>) => {
-      const data = event.data;
-      toWorker({ op: "socket_message", data }, typeof data === "string" ? [] : [data]);
-    };
-    socket.onclose = (event: CloseEvent) => toWorker({ op: "socket_close", code: event.code, reason: event.reason });
-    socket.onerror = () => {
-      // onclose follows with 1006.
-    };
-
-    const connection = new TerminalConnection(worker, socket);
+    const connection = new TerminalConnection(worker);
     return new Promise((resolve, reject) => {
       let running = false;
       const failed = (error: Error) => {
@@ -121,12 +104,6 @@ export class TerminalConnection {
       worker.onmessage = (event: MessageEvent<FromWorker>) => {
         const message = event.data;
         switch (message.op) {
-          case "socket_send":
-            if (socket.readyState === WebSocket.OPEN) socket.send(message.data);
-            break;
-          case "socket_close":
-            socket.close(message.code);
-            break;
           case "status":
             events.status(message.text);
             break;
@@ -156,18 +133,22 @@ export class TerminalConnection {
         }
       };
       prepared.onFailure(failed);
+      worker.postMessage({ op: "connect", grant, hostId, columns, rows } satisfies ToWorker);
     });
   }
 
-  /** Closes the socket (if still open) and ends the worker. */
+  /**
+   * Ends the worker: it closes its socket (if still open) first, so the
+   * server sees the device leave (a detach), then ends itself.
+   */
   #stop(): void {
+    if (this.#ended) return;
     this.#ended = true;
-    this.#worker.terminate();
-    this.#socket.onmessage = null;
-    this.#socket.onclose = null;
-    if (this.#socket.readyState === WebSocket.OPEN || this.#socket.readyState === WebSocket.CONNECTING) {
-      this.#socket.close(1000);
-    }
+    this.#worker.onmessage = null;
+    this.#worker.postMessage({ op: "detach" } satisfies ToWorker);
+    // A worker that cannot answer (it failed) ends all the same.
+    const worker = this.#worker;
+    setTimeout(() => worker.terminate(), STOP_GRACE_MS);
   }
 
   #finish(events: SessionEvents, end: { code: number; reason: string }, exitCode: number | null): void {

@@ -1,6 +1,6 @@
 // One terminal session's device stream (spec 24, 6.1 steps 5-7, 5.2, 5.4),
 // run inside the stream worker (stream_worker.ts, docs/decisions.md D-700)
-// over the page's WebSocket (a StreamSocket): the device stream on the same
+// over the worker's WebSocket (a StreamSocket, D-716): the device stream on the same
 // origin (the cookie authenticates the upgrade, identify carries no token),
 // Noise NK as initiator with the host key of the grant, `start` with the
 // size, then data, resize, exit and the close. The output passes the filter
@@ -139,7 +139,8 @@ export class StreamConnection {
     }
     let frame;
     try {
-      frame = decodeHostFrame(this.#transport.readMessage(new Uint8Array(data)));
+      // The received buffer is the stream's alone: decrypted where it lies.
+      frame = decodeHostFrame(this.#transport.readMessageInPlace(new Uint8Array(data)));
     } catch {
       // A message that does not decrypt (NoiseError) or a frame the host may
       // not send (FrameError): both end the session as 4104 (5.4).

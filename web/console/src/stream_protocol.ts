@@ -53,12 +53,11 @@ export class HandshakeEnd extends Error {
 
 /** `readyState` of a socket, as WebSocket's. */
 export const SOCKET_OPEN = 1;
-export const SOCKET_CLOSING = 2;
 export const SOCKET_CLOSED = 3;
 
 /**
- * What the stream needs of its WebSocket: the page's real one, seen from the
- * worker through messages (stream_worker.ts).
+ * What the stream needs of its WebSocket: the worker's real one
+ * (stream_worker.ts), or the socket a unit test plays.
  */
 export interface StreamSocket {
   readonly readyState: number;
@@ -79,15 +78,11 @@ export type ToWorker =
       columns: number;
       rows: number;
     }
-  /** The page's WebSocket opened. */
-  | { op: "socket_open" }
-  /** A message of the page's WebSocket: text, or binary as an ArrayBuffer. */
-  | { op: "socket_message"; data: string | ArrayBuffer }
-  /** The page's WebSocket closed (1006 when it broke). */
-  | { op: "socket_close"; code: number; reason: string }
   | { op: "send"; bytes: Uint8Array }
   | { op: "resize"; columns: number; rows: number }
   | { op: "close_session" }
+  /** Leave the session detached: the worker closes its socket and ends. */
+  | { op: "detach" }
   /** The terminal parsed the last output batch: the next may come (D-700). */
   | { op: "output_written" };
 
@@ -99,10 +94,6 @@ export type FromWorker =
    * request. The private half never leaves the worker (D-709).
    */
   | { op: "ephemeral"; keyHash: Uint8Array }
-  /** Send on the WebSocket (text, or a binary message). */
-  | { op: "socket_send"; data: string | Uint8Array }
-  /** Close the WebSocket with this code. */
-  | { op: "socket_close"; code: number }
   | { op: "status"; text: string }
   | { op: "connected" }
   | { op: "handshake_end"; end: StreamEnd }

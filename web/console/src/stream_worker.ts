@@ -1,15 +1,17 @@
 // The stream worker (assets/stream-worker.js, docs/decisions.md D-700): one
 // per session in the tab. It holds the Noise transport, the frames and the
 // output filter of 11.2, so that decrypting and filtering a burst of output
-// runs beside the page's thread, which only moves messages and renders. The
-// WebSocket stays the page's (session.ts): the worker sees it through
-// messages, in order. What leaves the worker for the terminal is filtered
-// output and the session's events, in order.
+// runs beside the page's thread, which only renders. The device stream's
+// WebSocket is the worker's own too (D-716): a burst of output never passes
+// the page's thread before it is decrypted and filtered. What leaves the
+// worker for the terminal is filtered output and the session's events, in
+// order.
 import { ephemeralKeyHash, publicKey, randomPrivateKey } from "./noise/index.js";
 import { StreamConnection } from "./stream.js";
-import { HandshakeEnd, SOCKET_CLOSED, SOCKET_CLOSING, SOCKET_OPEN, type FromWorker, type SessionEvents, type StreamSocket, type ToWorker } from "./stream_protocol.js";
+import { HandshakeEnd, type FromWorker, type SessionEvents, type StreamSocket, type ToWorker } from "./stream_protocol.js";
 
 interface WorkerScope {
+  readonly location: { readonly href: string };
   onmessage: ((event: MessageEvent<ToWorker>) => void) | null;
   postMessage(message: FromWorker, transfer?: Transferable[]): void;
   close(): void;
@@ -80,32 +82,56 @@ function queueOutput(bytes: Uint8Array): void {
   if (inFlight < BATCHES_IN_FLIGHT || batched >= OUTPUT_IN_FLIGHT_MAX) flushOutput();
 }
 
-/** The page's WebSocket, as the worker sees it. */
-class PageSocket implements StreamSocket {
-  readyState = 0;
+/**
+ * The device stream's WebSocket, the worker's own (D-716): what the socket
+ * brings is decrypted where it arrives, and what the stream sends goes out
+ * from here; the page's thread sees neither.
+ */
+class WorkerSocket implements StreamSocket {
+  readonly #socket: WebSocket;
   onopen: (() => void) | null = null;
   onmessage: ((event: { data: unknown }) => void) | null = null;
   onclose: ((event: { code: number; reason: string }) => void) | null = null;
   onerror: (() => void) | null = null;
 
-  // What goes to the socket needs no order with the output to the terminal.
+  constructor(url: string) {
+    this.#socket = new WebSocket(url);
+    this.#socket.binaryType = "arraybuffer";
+    this.#socket.onopen = () => this.onopen?.();
+    this.#socket.onmessage = (event: MessageEvent<unknown>) => this.onmessage?.(event);
+    this.#socket.onclose = (event: CloseEvent) => this.onclose?.({ code: event.code, reason: event.reason });
+    this.#socket.onerror = () => this.onerror?.();
+  }
+
+  get readyState(): number {
+    return this.#socket.readyState;
+  }
+
   send(data: string | Uint8Array): void {
-    if (typeof data === "string") {
-      scope.postMessage({ op: "socket_send", data });
-    } else {
-      const bytes = owned(data);
-      scope.postMessage({ op: "socket_send", data: bytes }, [bytes.buffer as ArrayBuffer]);
-    }
+    this.#socket.send(data);
   }
 
   close(code: number): void {
-    if (this.readyState === SOCKET_CLOSED) return;
-    this.readyState = SOCKET_CLOSING;
-    scope.postMessage({ op: "socket_close", code });
+    this.#socket.close(code);
+  }
+
+  /** Ends the socket without a word to the stream (a detach). */
+  drop(): void {
+    this.#socket.onopen = null;
+    this.#socket.onmessage = null;
+    this.#socket.onclose = null;
+    if (this.#socket.readyState === WebSocket.CONNECTING || this.#socket.readyState === WebSocket.OPEN) this.#socket.close(1000);
   }
 }
 
-const socket = new PageSocket();
+/** The stream's URL on the worker's own origin (the console's). */
+function streamUrl(path: string): string {
+  const url = new URL(path, scope.location.href);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  return url.href;
+}
+
+let socket: WorkerSocket | null = null;
 let connection: StreamConnection | null = null;
 let connecting = false;
 
@@ -123,6 +149,15 @@ scope.onmessage = (event: MessageEvent<ToWorker>) => {
     case "connect":
       if (connecting || ephemeral === null) return;
       connecting = true;
+      try {
+        socket = new WorkerSocket(streamUrl(message.grant.stream_path));
+      } catch {
+        // The browser refused the stream's address (no secret is in it).
+        ephemeral.fill(0);
+        ephemeral = null;
+        post({ op: "failed", message: "The browser did not open the session's stream. Reload the page and try again." });
+        return;
+      }
       StreamConnection.connect(socket, message.grant, message.hostId, ephemeral, message.columns, message.rows, events).then(
         (connected) => {
           connection = connected;
@@ -144,17 +179,6 @@ scope.onmessage = (event: MessageEvent<ToWorker>) => {
       inFlight = Math.max(0, inFlight - 1);
       flushOutput();
       break;
-    case "socket_open":
-      socket.readyState = SOCKET_OPEN;
-      socket.onopen?.();
-      break;
-    case "socket_message":
-      socket.onmessage?.({ data: message.data });
-      break;
-    case "socket_close":
-      socket.readyState = SOCKET_CLOSED;
-      socket.onclose?.({ code: message.code, reason: message.reason });
-      break;
     case "send":
       connection?.send(message.bytes);
       break;
@@ -163,6 +187,10 @@ scope.onmessage = (event: MessageEvent<ToWorker>) => {
       break;
     case "close_session":
       connection?.closeSession();
+      break;
+    case "detach":
+      socket?.drop();
+      scope.close();
       break;
   }
 };

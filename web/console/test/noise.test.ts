@@ -263,6 +263,28 @@ test("an altered message 2 or transport message fails and poisons both direction
   refused(() => again.host.readMessage(once), "decrypt");
 });
 
+test("a transport message read in place: the same plaintext in the message's own bytes; a refused one is left as it was", () => {
+  const { device, host } = pair();
+  const payload = new TextEncoder().encode("output of a burst");
+  const sealed = device.writeMessage(payload);
+  const plaintext = host.readMessageInPlace(sealed);
+  assert.equal(toHex(plaintext), toHex(payload));
+  assert.equal(plaintext.buffer, sealed.buffer);
+  assert.equal(plaintext.byteOffset, sealed.byteOffset);
+  // The next message, altered: refused, unchanged, and the transport poisoned.
+  const next = device.writeMessage(payload);
+  next[next.length - 1] = (next[next.length - 1] ?? 0) ^ 1;
+  const before = toHex(next);
+  refused(() => host.readMessageInPlace(next), "decrypt");
+  assert.equal(toHex(next), before);
+  refused(() => host.readMessageInPlace(device.writeMessage(payload)), "poisoned");
+  // Both ways of reading keep one counter.
+  const mixed = pair();
+  mixed.host.readMessage(mixed.device.writeMessage(payload));
+  assert.equal(toHex(mixed.host.readMessageInPlace(mixed.device.writeMessage(payload))), toHex(payload));
+  refused(() => pair().host.readMessageInPlace(new Uint8Array(15)), "message_too_short");
+});
+
 test("nonce 2^64-2 works once, 2^64-1 is refused both ways without poisoning the other direction", () => {
   const { device, host } = pair();
   const last = 0xffff_ffff_ffff_fffen;

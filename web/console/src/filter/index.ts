@@ -484,6 +484,30 @@ function oscVerdict(params: number[][]): OscVerdict {
 }
 
 /**
+ * Whether the `len` bytes of `input` at `at` (a lead byte of a `len`-byte
+ * character) are one whole, valid UTF-8 character other than a C1 control:
+ * what `decodeFirst` says of them, without a copy.
+ */
+function wholeCharacter(input: Uint8Array, at: number, len: number): boolean {
+  if (at + len > input.length) return false;
+  const b0 = input[at] ?? 0;
+  const b1 = input[at + 1] ?? 0;
+  let lo = 0x80;
+  let hi = 0xbf;
+  if (b0 === 0xe0) lo = 0xa0;
+  else if (b0 === 0xed) hi = 0x9f;
+  else if (b0 === 0xf0) lo = 0x90;
+  else if (b0 === 0xf4) hi = 0x8f;
+  if (b1 < lo || b1 > hi) return false;
+  for (let i = 2; i < len; i++) {
+    const b = input[at + i] ?? 0;
+    if (b < 0x80 || b > 0xbf) return false;
+  }
+  // U+0080..U+009F, the C1 controls, are C2 80..C2 9F.
+  return !(b0 === 0xc2 && b1 <= 0x9f);
+}
+
+/**
  * The length of the longest prefix of `input` that passes as it is and
  * leaves the parser in its ground state (crates/cli's plain_run).
  */
@@ -503,14 +527,8 @@ function plainRun(input: Uint8Array, from: number): number {
     } else {
       return at - from;
     }
-    if (len > 1) {
-      if (at + len > input.length) {
-        return at - from;
-      }
-      const d = decodeFirst(Array.from(input.subarray(at, at + len)));
-      if (d.kind !== "ok" || d.len !== len || (d.char >= 0x80 && d.char <= 0x9f)) {
-        return at - from;
-      }
+    if (len > 1 && !wholeCharacter(input, at, len)) {
+      return at - from;
     }
     at += len;
   }
@@ -573,9 +591,22 @@ export class OutputFilter {
   #swallowSt = false;
   #out = new Out();
 
-  /** Filters `input`; returns what may reach the terminal. */
+  /**
+   * Filters `input`; returns what may reach the terminal. Input that passes
+   * whole comes back as it is (the same bytes, not a copy): the common case
+   * of a burst of output costs no copy here.
+   */
   filter(input: Uint8Array): Uint8Array {
     let at = 0;
+    if (this.#atRest() && this.#out.len === 0) {
+      at = plainRun(input, 0);
+      if (at === input.length) {
+        if (at > 0) this.#swallowSt = false;
+        return input;
+      }
+      this.#out.appendSlice(input, 0, at);
+      if (at > 0) this.#swallowSt = false;
+    }
     while (at < input.length) {
       if (this.#atRest()) {
         const run = plainRun(input, at);

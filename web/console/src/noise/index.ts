@@ -181,9 +181,14 @@ class CipherState {
   }
 }
 
-function open(key: Uint8Array, nonce: bigint, ad: Uint8Array, ciphertext: Uint8Array): Uint8Array {
+/**
+ * Decrypts `ciphertext`; into `output` (its length less the tag) when given,
+ * which may be the ciphertext's own bytes: the tag is checked before
+ * anything is written.
+ */
+function open(key: Uint8Array, nonce: bigint, ad: Uint8Array, ciphertext: Uint8Array, output?: Uint8Array): Uint8Array {
   try {
-    return chacha20poly1305(key, nonceBytes(nonce), ad).decrypt(ciphertext);
+    return chacha20poly1305(key, nonceBytes(nonce), ad).decrypt(ciphertext, output);
   } catch {
     throw new NoiseError("decrypt");
   }
@@ -442,13 +447,28 @@ export class Transport {
   }
 
   readMessage(message: Uint8Array): Uint8Array {
+    return this.#read(message, false);
+  }
+
+  /**
+   * As readMessage, decrypting into the message's own bytes: the plaintext
+   * is a view of `message`, which no longer holds the ciphertext. For a
+   * message the caller owns (a received buffer), a burst costs no copy. A
+   * message that is refused is left as it was.
+   */
+  readMessageInPlace(message: Uint8Array): Uint8Array {
+    return this.#read(message, true);
+  }
+
+  #read(message: Uint8Array, inPlace: boolean): Uint8Array {
     if (this.#poisoned) {
       throw new NoiseError("poisoned");
     }
     const nonce = usable(this.#receiveNonce);
     try {
       checkReceived(message.length, TAG_LEN);
-      const plaintext = open(this.#receiveKey, nonce, new Uint8Array(0), message);
+      const output = inPlace ? message.subarray(0, message.length - TAG_LEN) : undefined;
+      const plaintext = open(this.#receiveKey, nonce, new Uint8Array(0), message, output);
       this.#receiveNonce = nonce + 1n;
       return plaintext;
     } catch (error) {
