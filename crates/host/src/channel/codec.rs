@@ -22,8 +22,10 @@ pub struct FrameReader<R, M> {
     inner: R,
     prefix: [u8; LENGTH_BYTES],
     prefix_filled: usize,
+    /// The body read so far, with room for the rest (not zeroed: the reads
+    /// fill it in order).
     body: Vec<u8>,
-    body_filled: usize,
+    body_length: usize,
     _message: PhantomData<fn() -> M>,
 }
 
@@ -35,7 +37,7 @@ impl<R: AsyncRead + Unpin, M: Message> FrameReader<R, M> {
             prefix: [0; LENGTH_BYTES],
             prefix_filled: 0,
             body: Vec::new(),
-            body_filled: 0,
+            body_length: 0,
             _message: PhantomData,
         }
     }
@@ -60,25 +62,25 @@ impl<R: AsyncRead + Unpin, M: Message> FrameReader<R, M> {
             self.prefix_filled += n;
             if self.prefix_filled == LENGTH_BYTES {
                 // Refuse an oversized frame before reading (or allocating) its body.
-                let length = body_length(&self.prefix)?;
-                self.body = vec![0; length];
-                self.body_filled = 0;
+                self.body_length = body_length(&self.prefix)?;
+                self.body = Vec::with_capacity(self.body_length);
             }
         }
-        while self.body_filled < self.body.len() {
-            let n = self
-                .inner
-                .read(&mut self.body[self.body_filled..])
+        while self.body.len() < self.body_length {
+            // Never past this frame's body: the next frame stays in the stream.
+            let rest = (self.body_length - self.body.len()) as u64;
+            let n = (&mut self.inner)
+                .take(rest)
+                .read_buf(&mut self.body)
                 .await
                 .map_err(ChannelError::Broken)?;
             if n == 0 {
                 return Err(ChannelError::Broken(io::ErrorKind::UnexpectedEof.into()));
             }
-            self.body_filled += n;
         }
         let mut body = std::mem::take(&mut self.body);
         self.prefix_filled = 0;
-        self.body_filled = 0;
+        self.body_length = 0;
         let decoded = M::decode_body(&body);
         if body.first().is_some_and(|tag| M::tag_carries_secret(*tag)) {
             body.zeroize();

@@ -235,19 +235,20 @@ async fn output_task(
     // After EIO (no process holds the terminal any more) the PTY stays
     // readable for ever; it is not read again until the finish.
     let mut hung_up = false;
+    let mut buf = vec![0u8; MAX_CHUNK_BYTES];
     loop {
         tokio::select! {
             biased;
             status = &mut finish => {
                 let status = status.unwrap_or(None);
                 if !hung_up {
-                    drain(&master, &mut writer).await;
+                    drain(&master, &mut writer, &mut buf).await;
                 }
                 let _ = writer.send(&FromHelper::Exited(status)).await;
                 let _ = writer.shutdown().await;
                 return;
             }
-            chunk = read_chunk(&master), if !hung_up => match chunk {
+            chunk = read_chunk(&master, &mut buf), if !hung_up => match chunk {
                 Ok(chunk) => {
                     if writer.send(&FromHelper::Output(chunk)).await.is_err() {
                         return;
@@ -259,39 +260,150 @@ async fn output_task(
     }
 }
 
-/// The next chunk of output (at most 64 KiB). Cancel-safe: the read happens
-/// only once the master is ready, inside one poll.
-async fn read_chunk(master: &AsyncFd<OwnedFd>) -> std::io::Result<Vec<u8>> {
+/// The next chunk of output: what the PTY holds when it turns readable, up to
+/// 64 KiB, read into `buf` (the task's own, reused) and copied out at its
+/// length. A PTY answers a read with at most one line-discipline buffer (4
+/// KiB); reading on until it has no more makes one chunk, one message to the
+/// service, of what a burst of output left there (D-717). Cancel-safe: the
+/// reads happen only once the master is ready, inside one poll.
+async fn read_chunk(master: &AsyncFd<OwnedFd>, buf: &mut [u8]) -> std::io::Result<Vec<u8>> {
     loop {
         let mut guard = master.readable().await?;
-        let mut buf = vec![0u8; MAX_CHUNK_BYTES];
-        match guard
-            .try_io(|fd| nix::unistd::read(fd.get_ref(), &mut buf).map_err(std::io::Error::from))
-        {
-            Ok(Ok(0)) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(Ok(n)) => {
-                buf.truncate(n);
-                return Ok(buf);
-            }
-            Ok(Err(e)) => return Err(e),
-            Err(_would_block) => continue,
+        let read = read_available(master.get_ref(), buf);
+        if read.emptied {
+            guard.clear_ready();
         }
+        if read.filled > 0 {
+            return Ok(buf[..read.filled].to_vec());
+        }
+        match read.end {
+            Some(error) => return Err(error),
+            None if read.emptied => continue,
+            None => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+        }
+    }
+}
+
+/// What [`read_available`] read.
+struct Available {
+    /// Bytes read into the buffer.
+    filled: usize,
+    /// The PTY said it has nothing more for now (EAGAIN).
+    emptied: bool,
+    /// The read that ended the run failed (EIO once nothing holds the
+    /// terminal); with bytes read before it, the next call meets it again.
+    end: Option<std::io::Error>,
+}
+
+/// Reads `fd` into `buf` until it has nothing more for now, the buffer is
+/// full, or a read fails or ends.
+fn read_available(fd: &OwnedFd, buf: &mut [u8]) -> Available {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match nix::unistd::read(fd, &mut buf[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(nix::errno::Errno::EAGAIN) => {
+                return Available {
+                    filled,
+                    emptied: true,
+                    end: None,
+                };
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(error) => {
+                return Available {
+                    filled,
+                    emptied: false,
+                    end: Some(error.into()),
+                };
+            }
+        }
+    }
+    Available {
+        filled,
+        emptied: false,
+        end: None,
     }
 }
 
 /// Sends what the PTY still holds after the tree was killed (the terminal
 /// answers the buffered bytes, then EIO).
-async fn drain(master: &AsyncFd<OwnedFd>, writer: &mut HelperWriter) {
+async fn drain(master: &AsyncFd<OwnedFd>, writer: &mut HelperWriter, buf: &mut [u8]) {
     loop {
-        let mut buf = vec![0u8; MAX_CHUNK_BYTES];
-        match nix::unistd::read(master.get_ref(), &mut buf) {
-            Ok(n) if n > 0 => {
-                buf.truncate(n);
-                if writer.send(&FromHelper::Output(buf)).await.is_err() {
-                    return;
-                }
-            }
-            _ => return,
+        let read = read_available(master.get_ref(), buf);
+        if read.filled == 0 {
+            return;
         }
+        let chunk = buf[..read.filled].to_vec();
+        if writer.send(&FromHelper::Output(chunk)).await.is_err() || read.end.is_some() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use nix::fcntl::OFlag;
+
+    use super::*;
+
+    /// A non-blocking pipe: its read end (what the PTY master is to the
+    /// output task) and its write end.
+    fn pipe() -> (OwnedFd, std::fs::File) {
+        let (read, write) = nix::unistd::pipe2(OFlag::O_NONBLOCK | OFlag::O_CLOEXEC).unwrap();
+        (read, std::fs::File::from(write))
+    }
+
+    #[test]
+    fn a_read_takes_everything_waiting_in_one_run_and_says_when_it_emptied() {
+        let (read, mut write) = pipe();
+        for piece in 0..5u8 {
+            write.write_all(&[piece; 3000]).unwrap();
+        }
+        let mut buf = vec![0u8; MAX_CHUNK_BYTES];
+        let got = read_available(&read, &mut buf);
+        assert_eq!(got.filled, 15_000);
+        assert!(got.emptied);
+        assert!(got.end.is_none());
+        assert!(buf[..3000].iter().all(|b| *b == 0) && buf[12_000..15_000].iter().all(|b| *b == 4));
+        // Nothing waiting: nothing read, emptied.
+        let again = read_available(&read, &mut buf);
+        assert_eq!((again.filled, again.emptied), (0, true));
+    }
+
+    #[test]
+    fn a_read_stops_at_a_full_buffer_and_at_the_end() {
+        let (read, mut write) = pipe();
+        write.write_all(&[7u8; 100]).unwrap();
+        let mut small = [0u8; 64];
+        let first = read_available(&read, &mut small);
+        assert_eq!((first.filled, first.emptied), (64, false));
+        drop(write);
+        // The rest, then the end of the stream (read 0): neither emptied nor
+        // failed; the next read finds nothing more at all.
+        let rest = read_available(&read, &mut small);
+        assert_eq!((rest.filled, rest.emptied), (36, false));
+        assert!(rest.end.is_none());
+        let end = read_available(&read, &mut small);
+        assert_eq!((end.filled, end.emptied), (0, false));
+    }
+
+    #[test]
+    fn a_failed_read_ends_the_run_and_keeps_what_came_before() {
+        // A descriptor that is not open for reading: the error of the read.
+        let path =
+            std::env::temp_dir().join(format!("bothy-read-available-{}", std::process::id()));
+        let fd = OwnedFd::from(std::fs::File::create(&path).unwrap());
+        std::fs::remove_file(&path).unwrap();
+        let mut buf = [0u8; 16];
+        let got = read_available(&fd, &mut buf);
+        assert_eq!(got.filled, 0);
+        assert_eq!(
+            got.end.map(|e| e.raw_os_error()),
+            Some(Some(nix::libc::EBADF))
+        );
     }
 }
