@@ -89,6 +89,15 @@ let tamper = "pass";
 let recorded = null;
 /** The device streams the tab asked for, as the relay saw their upgrades. */
 const streams = [];
+/** The streams open now: their two connections, to break the network under them. */
+const liveStreams = new Set();
+const loseStreams = () => {
+  for (const [client, upstream] of liveStreams) {
+    client.destroy();
+    upstream.destroy();
+  }
+  liveStreams.clear();
+};
 const STREAM_UPGRADE = /^GET \/api\/v1\/terminal\/sessions\/[0-9a-f-]+\/stream[ ?]/;
 const HEAD_END = Buffer.from("\r\n\r\n");
 
@@ -136,7 +145,10 @@ function relayStream(client, upstream, head, rest, mode) {
   const toTab = new Frames();
   let tabMessages = 0;
   let hostMessages = 0;
+  const pair = [client, upstream];
+  liveStreams.add(pair);
   const end = () => {
+    liveStreams.delete(pair);
     client.destroy();
     upstream.destroy();
   };
@@ -216,7 +228,18 @@ const forwarder = tlsCreateServer(
       const line = request.subarray(0, request.indexOf("\r\n")).toString("latin1");
       if (STREAM_UPGRADE.test(line)) {
         streams.push(line.split(" ")[1]);
-        relayStream(client, upstream, request, rest, mode);
+        if (mode === "pass") {
+          // Relayed untouched, but breakable (loseStreams).
+          const pair = [client, upstream];
+          liveStreams.add(pair);
+          const forget = () => liveStreams.delete(pair);
+          client.on("close", forget);
+          upstream.on("close", forget);
+          upstream.write(head);
+          client.pipe(upstream).pipe(client);
+        } else {
+          relayStream(client, upstream, request, rest, mode);
+        }
       } else {
         upstream.write(head);
         client.pipe(upstream).pipe(client);
@@ -381,6 +404,22 @@ try {
   await page.waitForTimeout(300);
   const second = await sizeOf();
   if (first === second) throw new Error(`stty size did not follow the viewport: ${first}`);
+
+  step("a lost connection: the tab reattaches by itself and replays");
+  await page.keyboard.type("echo BEFORE-LOSS-$((3+4))\n");
+  await waitFor(/BEFORE-LOSS-7/, "the line before the loss");
+  const streamsBeforeLoss = streams.length;
+  loseStreams();
+  // A new step-up (the virtual authenticator answers it) and an attach, on
+  // a new stream; the session and its shell are the same.
+  const deadline = Date.now() + 30000;
+  while (streams.length === streamsBeforeLoss && Date.now() < deadline) await page.waitForTimeout(100);
+  if (streams.length === streamsBeforeLoss) throw new Error(`no reattach after the loss; the screen: ${await screen()}`);
+  await waitFor(/BEFORE-LOSS-7/, "the replayed line");
+  await page.waitForSelector(".terminal-view:not([data-ended])", { timeout: 30000 });
+  await page.click(".terminal-host");
+  await page.keyboard.type("echo AFTER-LOSS-$((5+5))\n");
+  await waitFor(/AFTER-LOSS-10/, "input after the reattach by itself");
 
   step("osc 52, osc 8 and title query never reach the page");
   await page.keyboard.type("clear; printf 'A\\033]52;c;aGk=\\007B \\033]8;;https://example.org/\\033\\\\LINK\\033]8;;\\033\\\\ C\\033[21tD\\n'\n");
