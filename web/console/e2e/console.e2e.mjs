@@ -104,14 +104,13 @@ const HEAD_END = Buffer.from("\r\n\r\n");
 /** Splits WebSocket frames (RFC 6455 5.2) out of a byte stream, whole. */
 class Frames {
   #buffer = Buffer.alloc(0);
-  /** The whole frames in `chunk` and what came before it: [{ raw, opcode, masked, payloadAt }]. */
+  /** The frames that `chunk` completes, each whole: [{ raw, opcode }]. */
   push(chunk) {
     this.#buffer = Buffer.concat([this.#buffer, chunk]);
     const frames = [];
     for (;;) {
       const b = this.#buffer;
       if (b.length < 2) break;
-      const masked = (b[1] & 0x80) !== 0;
       let len = b[1] & 0x7f;
       let at = 2;
       if (len === 126) {
@@ -123,9 +122,9 @@ class Frames {
         len = Number(b.readBigUInt64BE(2));
         at = 10;
       }
-      if (masked) at += 4;
+      if ((b[1] & 0x80) !== 0) at += 4; // the mask
       if (b.length < at + len) break;
-      frames.push({ raw: Buffer.from(b.subarray(0, at + len)), opcode: b[0] & 0x0f, masked, payloadAt: at });
+      frames.push({ raw: Buffer.from(b.subarray(0, at + len)), opcode: b[0] & 0x0f });
       this.#buffer = b.subarray(at + len);
     }
     return frames;
@@ -145,10 +144,7 @@ function relayStream(client, upstream, head, rest, mode) {
   const toTab = new Frames();
   let tabMessages = 0;
   let hostMessages = 0;
-  const pair = [client, upstream];
-  liveStreams.add(pair);
   const end = () => {
-    liveStreams.delete(pair);
     client.destroy();
     upstream.destroy();
   };
@@ -228,13 +224,13 @@ const forwarder = tlsCreateServer(
       const line = request.subarray(0, request.indexOf("\r\n")).toString("latin1");
       if (STREAM_UPGRADE.test(line)) {
         streams.push(line.split(" ")[1]);
+        // Breakable while it lasts (loseStreams).
+        const pair = [client, upstream];
+        liveStreams.add(pair);
+        const forget = () => liveStreams.delete(pair);
+        client.on("close", forget);
+        upstream.on("close", forget);
         if (mode === "pass") {
-          // Relayed untouched, but breakable (loseStreams).
-          const pair = [client, upstream];
-          liveStreams.add(pair);
-          const forget = () => liveStreams.delete(pair);
-          client.on("close", forget);
-          upstream.on("close", forget);
           upstream.write(head);
           client.pipe(upstream).pipe(client);
         } else {

@@ -73,9 +73,9 @@ type VteState =
 /** The outcome of decoding a buffer that starts a UTF-8 character. */
 type Utf8 = { kind: "ok"; char: number; len: number } | { kind: "incomplete" } | { kind: "invalid"; len: number };
 
-/** Rust's str::from_utf8 on the first character of `bytes`. */
-function decodeFirst(bytes: number[]): Utf8 {
-  const b0 = bytes[0] ?? 0;
+/** Rust's str::from_utf8 on the first character of `bytes` from `from` on. */
+function decodeFirst(bytes: ArrayLike<number>, from = 0): Utf8 {
+  const b0 = bytes[from] ?? 0;
   let need: number;
   let lo = 0x80;
   let hi = 0xbf;
@@ -96,12 +96,11 @@ function decodeFirst(bytes: number[]): Utf8 {
   }
   let cp = b0 & (need === 2 ? 0x1f : need === 3 ? 0x0f : 0x07);
   for (let i = 1; i < need; i++) {
-    const b = bytes[i];
+    const b = bytes[from + i];
     if (b === undefined) {
       return { kind: "incomplete" };
     }
-    const [min, max] = i === 1 ? [lo, hi] : [0x80, 0xbf];
-    if (b < min || b > max) {
+    if (b < (i === 1 ? lo : 0x80) || b > (i === 1 ? hi : 0xbf)) {
       return { kind: "invalid", len: i };
     }
     cp = (cp << 6) | (b & 0x3f);
@@ -484,30 +483,6 @@ function oscVerdict(params: number[][]): OscVerdict {
 }
 
 /**
- * Whether the `len` bytes of `input` at `at` (a lead byte of a `len`-byte
- * character) are one whole, valid UTF-8 character other than a C1 control:
- * what `decodeFirst` says of them, without a copy.
- */
-function wholeCharacter(input: Uint8Array, at: number, len: number): boolean {
-  if (at + len > input.length) return false;
-  const b0 = input[at] ?? 0;
-  const b1 = input[at + 1] ?? 0;
-  let lo = 0x80;
-  let hi = 0xbf;
-  if (b0 === 0xe0) lo = 0xa0;
-  else if (b0 === 0xed) hi = 0x9f;
-  else if (b0 === 0xf0) lo = 0x90;
-  else if (b0 === 0xf4) hi = 0x8f;
-  if (b1 < lo || b1 > hi) return false;
-  for (let i = 2; i < len; i++) {
-    const b = input[at + i] ?? 0;
-    if (b < 0x80 || b > 0xbf) return false;
-  }
-  // U+0080..U+009F, the C1 controls, are C2 80..C2 9F.
-  return !(b0 === 0xc2 && b1 <= 0x9f);
-}
-
-/**
  * The length of the longest prefix of `input` that passes as it is and
  * leaves the parser in its ground state (crates/cli's plain_run).
  */
@@ -527,8 +502,12 @@ function plainRun(input: Uint8Array, from: number): number {
     } else {
       return at - from;
     }
-    if (len > 1 && !wholeCharacter(input, at, len)) {
-      return at - from;
+    if (len > 1) {
+      // One whole, valid character, and not a C1 control (U+0080..U+009F).
+      const d = decodeFirst(input, at);
+      if (d.kind !== "ok" || d.char <= 0x9f) {
+        return at - from;
+      }
     }
     at += len;
   }
@@ -597,16 +576,11 @@ export class OutputFilter {
    * of a burst of output costs no copy here.
    */
   filter(input: Uint8Array): Uint8Array {
-    let at = 0;
-    if (this.#atRest() && this.#out.len === 0) {
-      at = plainRun(input, 0);
-      if (at === input.length) {
-        if (at > 0) this.#swallowSt = false;
-        return input;
-      }
-      this.#out.appendSlice(input, 0, at);
-      if (at > 0) this.#swallowSt = false;
+    if (this.#atRest() && plainRun(input, 0) === input.length) {
+      if (input.length > 0) this.#swallowSt = false;
+      return input;
     }
+    let at = 0;
     while (at < input.length) {
       if (this.#atRest()) {
         const run = plainRun(input, at);
