@@ -11,7 +11,12 @@
 //!   10,000 sessions paired on both sides by a child process (so the clients'
 //!   own memory is not counted; it raises its open-files limit, as this
 //!   process does), the RSS delta of this process / 10,000; the server's RSS
-//!   and CPU (% of one core over 10 s) at rest with them;
+//!   and CPU (% of one core over 10 s) at rest with them; and, after the
+//!   keystroke figures below, the memory per session once every one of those
+//!   sessions carried one 64 KiB message each way and went idle again (what
+//!   an idle terminal that once printed a screenful keeps; D-718), the
+//!   sessions taken 50 at a time so the burst's own transient memory stays
+//!   small;
 //! - the keystroke latency of one active session (an 18-byte message, a
 //!   one-byte `data` frame's Noise message, device to host, one in flight;
 //!   p50 and p99) beside those idle sessions, and again while 1,000 of them
@@ -87,7 +92,7 @@ async fn run() -> anyhow::Result<()> {
     let clients = Clients::new(&server, &account)?;
 
     // Memory first, before the large buffers of the throughput runs.
-    let neighbours = Neighbours::start(&server, &account, sessions).await?;
+    let mut neighbours = Neighbours::start(&server, &account, sessions).await?;
     let (rest_rss_kib, rest_cpu) = at_rest().await?;
 
     // The active session of the keystroke figures, paired now: a side that
@@ -99,8 +104,11 @@ async fn run() -> anyhow::Result<()> {
     let idle_keys = latency_of(&mut typist, &mut shell, KEYSTROKE).await?;
     neighbours.stream().await?;
     let loaded_keys = latency_of(&mut typist, &mut shell, KEYSTROKE).await?;
+    // Last, so the keystroke figures above are taken as in earlier runs.
+    neighbours.carry_one_message_each_way().await?;
     let ids = neighbours.ids.clone();
     let per_session = neighbours.per_session_kib;
+    let per_session_after_output = neighbours.per_session_after_output_kib;
     neighbours.finish()?;
     drop((typist, shell));
     server.wait_unpaired(&ids).await?;
@@ -140,6 +148,7 @@ async fn run() -> anyhow::Result<()> {
     );
     println!("idle_paired_sessions: {sessions}");
     println!("rss_per_idle_paired_session: {per_session:.1} KiB");
+    println!("rss_per_idle_paired_session_after_output: {per_session_after_output:.1} KiB");
     println!(
         "server_rss_at_rest: {:.0} MiB",
         rest_rss_kib as f64 / 1024.0
@@ -320,8 +329,12 @@ struct Neighbours {
     stdin: std::process::ChildStdin,
     stdout: BufReader<std::process::ChildStdout>,
     ids: Vec<Uuid>,
+    /// The RSS (KiB) of this process before the sessions were paired.
+    rss_before_kib: u64,
     /// The resident memory (KiB) this process gained per paired session.
     per_session_kib: f64,
+    /// The same once every session carried one message each way.
+    per_session_after_output_kib: f64,
 }
 
 impl Neighbours {
@@ -374,13 +387,31 @@ impl Neighbours {
             stdin,
             stdout,
             ids,
+            rss_before_kib: before,
             per_session_kib: 0.0,
+            per_session_after_output_kib: 0.0,
         };
         neighbours.expect("paired").await?;
         server.wait_paired(&neighbours.ids).await?;
         let after = rss_kib()?;
         neighbours.per_session_kib = after.saturating_sub(before) as f64 / count as f64;
         Ok(neighbours)
+    }
+
+    /// Lets every session carry one [`MESSAGE`] each way (host to device,
+    /// device to host), then records the RSS this process holds per session
+    /// once they are idle again.
+    async fn carry_one_message_each_way(&mut self) -> anyhow::Result<()> {
+        writeln!(self.stdin, "burst")?;
+        self.stdin.flush()?;
+        self.expect("carried").await?;
+        // The relay gives a message's room back after its write; a moment
+        // for the last flushes.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = rss_kib()?;
+        self.per_session_after_output_kib =
+            after.saturating_sub(self.rss_before_kib) as f64 / self.ids.len() as f64;
+        Ok(())
     }
 
     /// Waits for the line `word` from the child.
@@ -413,8 +444,10 @@ impl Neighbours {
 
 /// The client process of the memory run: reads the spec from stdin, pairs
 /// both sides of every session, says `paired`, reads every connection (the
-/// relay's pings get their answers), lets [`STREAMING`] sessions stream
-/// output when stdin says `stream`, and holds the connections until stdin
+/// relay's pings get their answers), sends one [`MESSAGE`] each way in every
+/// session when stdin says `burst` (50 sessions at a time, each group
+/// delivered before the next; says `carried`), lets [`STREAMING`] sessions
+/// stream output when stdin says `stream`, and holds the connections until stdin
 /// closes.
 async fn clients_process() -> anyhow::Result<()> {
     let spec: serde_json::Value = {
@@ -436,6 +469,7 @@ async fn clients_process() -> anyhow::Result<()> {
     let clients = Clients::from_parts(port, &ca_file, token, host_id)?;
     let mut hosts = Vec::with_capacity(sessions.len());
     let mut devices = Vec::with_capacity(sessions.len());
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     for chunk in sessions.chunks(50) {
         let pairs = futures_util::future::try_join_all(chunk.iter().map(|id| {
             let clients = clients.clone();
@@ -450,8 +484,8 @@ async fn clients_process() -> anyhow::Result<()> {
         for (host, device) in pairs {
             let (host_tx, host_rx) = host.split();
             let (device_tx, device_rx) = device.split();
-            tokio::spawn(drain(host_rx));
-            tokio::spawn(drain(device_rx));
+            tokio::spawn(drain(host_rx, std::sync::Arc::clone(&received)));
+            tokio::spawn(drain(device_rx, std::sync::Arc::clone(&received)));
             hosts.push(host_tx);
             devices.push(device_tx);
         }
@@ -469,6 +503,22 @@ async fn clients_process() -> anyhow::Result<()> {
     });
     let mut streams = Vec::new();
     while let Some(line) = lines.recv().await {
+        if line.trim() == "burst" {
+            let payload = payload_of(MESSAGE);
+            for (hosts, devices) in hosts.chunks_mut(50).zip(devices.chunks_mut(50)) {
+                let expected = received.load(std::sync::atomic::Ordering::SeqCst)
+                    + hosts.len()
+                    + devices.len();
+                for sink in hosts.iter_mut().chain(devices.iter_mut()) {
+                    sink.send(Message::Binary(payload.clone())).await?;
+                }
+                while received.load(std::sync::atomic::Ordering::SeqCst) < expected {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+            println!("carried");
+            std::io::stdout().flush()?;
+        }
         if line.trim() == "stream" && streams.is_empty() {
             let payload = payload_of(STREAM_MESSAGE);
             let start = tokio::time::Instant::now();
@@ -496,12 +546,17 @@ fn payload_of(len: usize) -> tokio_tungstenite::tungstenite::Bytes {
     tokio_tungstenite::tungstenite::Bytes::from(vec![0x42u8; len])
 }
 
-/// Reads and drops whatever arrives (answering pings) until the end.
-async fn drain<S>(mut stream: S)
+/// Reads and drops whatever arrives (answering pings) until the end,
+/// counting the binary messages in `received`.
+async fn drain<S>(mut stream: S, received: std::sync::Arc<std::sync::atomic::AtomicUsize>)
 where
     S: Stream<Item = Result<Message, WsError>> + Unpin,
 {
-    while let Some(Ok(_)) = stream.next().await {}
+    while let Some(Ok(message)) = stream.next().await {
+        if message.is_binary() {
+            received.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 /// Sends `payload` every [`STREAM_PERIOD`] from `start` on.

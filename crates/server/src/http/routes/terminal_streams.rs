@@ -16,8 +16,6 @@
 //! The routes only take the upgrade (path, client address, the console's
 //! cookie from the page's own origin, the WebSocket limits); the logins and
 //! what follows them are the relay's ([`crate::terminal::relay::login`]).
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::http::header::{COOKIE, ORIGIN};
@@ -27,22 +25,16 @@ use utoipa_axum::routes;
 
 use super::body::{ClientAddr, path_id};
 use crate::config::Config;
+use crate::http::ApiError;
 use crate::http::api_doc::{NotFound, Problem, ValidationFailed};
 use crate::http::problem::PROBLEM_JSON;
-use crate::http::{ApiError, ProblemCode};
+use crate::http::upgrade::{NotAnUpgrade, WireUpgrade};
 use crate::identity::console;
 use crate::state::AppState;
 use crate::terminal::relay::login::{DevicePeer, run_device, run_host};
 
 /// The largest binary message: one Noise message (5.2).
 pub const MAX_NOISE_MESSAGE: usize = 65_535;
-
-/// The read buffer of a relay socket. The WebSocket layer zero-fills its
-/// whole read buffer before the first read and keeps it for the connection's
-/// life, so it is resident memory of every idle side: 4 KiB, the size in
-/// which the TLS layer reads the socket anyway; a larger message still
-/// arrives whole, in reads of this size (docs/decisions.md D-89, D-454).
-pub const READ_BUFFER: usize = 4 * 1024;
 
 /// The routes of this file.
 pub fn router() -> OpenApiRouter<AppState> {
@@ -85,13 +77,15 @@ async fn host_stream(
     State(state): State<AppState>,
     Path(session_id): Path<String>,
     client: ClientAddr,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    upgrade: Result<WireUpgrade, NotAnUpgrade>,
 ) -> Result<Response, ApiError> {
     let session_id = path_id(&session_id)?;
     let upgrade = require_upgrade(upgrade)?;
     let guard = state.shutdown().track();
-    Ok(limits(&state, upgrade)
-        .on_upgrade(move |websocket| run_host(state, session_id, client.0, websocket, guard)))
+    let max = max_message(&state);
+    Ok(upgrade.on_upgrade(max, move |websocket| {
+        run_host(state, session_id, client.0, websocket, guard)
+    }))
 }
 
 /// The device stream of one session (WebSocket).
@@ -127,7 +121,7 @@ async fn device_stream(
     Path(session_id): Path<String>,
     client: ClientAddr,
     headers: HeaderMap,
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    upgrade: Result<WireUpgrade, NotAnUpgrade>,
 ) -> Result<Response, ApiError> {
     let session_id = path_id(&session_id)?;
     let upgrade = require_upgrade(upgrade)?;
@@ -136,8 +130,10 @@ async fn device_stream(
         cookie: console_cookie(state.config(), &headers),
     };
     let guard = state.shutdown().track();
-    Ok(limits(&state, upgrade)
-        .on_upgrade(move |websocket| run_device(state, session_id, peer, websocket, guard)))
+    let max = max_message(&state);
+    Ok(upgrade.on_upgrade(max, move |websocket| {
+        run_device(state, session_id, peer, websocket, guard)
+    }))
 }
 
 /// The value of the console's cookie on an upgrade whose `Origin` is the
@@ -159,19 +155,12 @@ fn console_cookie(config: &Config, headers: &HeaderMap) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn require_upgrade(
-    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
-) -> Result<WebSocketUpgrade, ApiError> {
-    upgrade.map_err(|_| {
-        ApiError::new(ProblemCode::ValidationFailed)
-            .with_error("/headers/upgrade", "websocket_upgrade_required")
-    })
+fn require_upgrade(upgrade: Result<WireUpgrade, NotAnUpgrade>) -> Result<WireUpgrade, ApiError> {
+    upgrade.map_err(ApiError::from)
 }
 
-fn limits(state: &AppState, upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
-    let max = MAX_NOISE_MESSAGE.max(state.config().sync.ws_max_frame_bytes);
-    upgrade
-        .max_frame_size(max)
-        .max_message_size(max)
-        .read_buffer_size(READ_BUFFER)
+/// The largest frame and message of a relay socket: a Noise message, or a
+/// login's JSON up to `sync.ws_max_frame_bytes`.
+fn max_message(state: &AppState) -> usize {
+    MAX_NOISE_MESSAGE.max(state.config().sync.ws_max_frame_bytes)
 }

@@ -60,14 +60,14 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
 use bothy_proto::codes::{CloseCode, CloseReason};
 use bothy_proto::data::{self, Hello};
 use bothy_proto::jwk::Jwks;
 use bothy_proto::stream::{self, DeviceMessage, Ready};
-use futures_util::StreamExt;
 use sqlx::Row;
 use uuid::Uuid;
+
+use super::wire::{Io, Message, WireSocket};
 
 use super::store::{self, SessionRow};
 use super::{Side, TICK, side};
@@ -140,7 +140,7 @@ impl Refusal {
 /// [`TICK`]); `Ok(None)` if the peer left.
 async fn first_text(
     state: &AppState,
-    websocket: &mut WebSocket,
+    websocket: &mut WireSocket<Io>,
     limit: Duration,
     late: CloseCode,
 ) -> Result<Option<String>, Refusal> {
@@ -149,10 +149,8 @@ async fn first_text(
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let frame = loop {
         tokio::select! {
-            frame = websocket.recv() => match frame {
-                Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-                other => break other,
-            },
+            // Pings are answered by the socket itself.
+            frame = websocket.recv() => break frame,
             _ = ticks.tick() => {
                 if state.clock().now_ms() >= deadline {
                     return Err(Refusal::code(late));
@@ -161,7 +159,7 @@ async fn first_text(
         }
     };
     match frame {
-        Some(Ok(Message::Text(text))) => Ok(Some(text.to_string())),
+        Some(Ok(Message::Text(text))) => Ok(Some(text)),
         Some(Ok(Message::Close(_))) | None => Ok(None),
         Some(Ok(_)) | Some(Err(_)) => Err(Refusal::code(CloseCode::InvalidMessage)),
     }
@@ -171,7 +169,7 @@ pub(crate) async fn run_host(
     state: AppState,
     session_id: Uuid,
     client: IpAddr,
-    mut websocket: WebSocket,
+    mut websocket: WireSocket<Io>,
     mut guard: ShutdownGuard,
 ) {
     state.relay().ensure_started(&state);
@@ -190,7 +188,7 @@ pub(crate) async fn run_device(
     state: AppState,
     session_id: Uuid,
     peer: DevicePeer,
-    mut websocket: WebSocket,
+    mut websocket: WireSocket<Io>,
     mut guard: ShutdownGuard,
 ) {
     state.relay().ensure_started(&state);
@@ -218,7 +216,7 @@ async fn join(
     state: AppState,
     session_id: Uuid,
     side_kind: Side,
-    websocket: WebSocket,
+    websocket: WireSocket<Io>,
     row: SessionRow,
     guard: ShutdownGuard,
 ) {
@@ -239,17 +237,20 @@ async fn join(
 }
 
 /// Sends the close frame of a refused login and waits for the answer.
-async fn refuse(state: &AppState, mut websocket: WebSocket, code: u16, reason: String) {
+async fn refuse(state: &AppState, websocket: WireSocket<Io>, code: u16, reason: String) {
     let write_timeout = state.config().gateway.write_timeout;
-    let frame = Message::Close(Some(CloseFrame {
-        code,
-        reason: reason.into(),
-    }));
-    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, websocket.send(frame)).await {
+    let (mut writer, mut reader) = websocket.split();
+    let frame = Message::Close(Some((code, reason)));
+    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, writer.send(frame)).await {
         let _ = tokio::time::timeout(CLOSE_ANSWER_WAIT, async {
-            while let Some(Ok(_)) = websocket.next().await {}
+            while let Some(Ok(message)) = reader.recv().await {
+                if matches!(message, Message::Close(_)) {
+                    break;
+                }
+            }
         })
         .await;
+        let _ = tokio::time::timeout(write_timeout, writer.shutdown()).await;
     }
 }
 
@@ -258,7 +259,7 @@ async fn host_login(
     state: &AppState,
     session_id: Uuid,
     client: IpAddr,
-    websocket: &mut WebSocket,
+    websocket: &mut WireSocket<Io>,
 ) -> Result<Option<SessionRow>, Refusal> {
     let config = state.config();
     let hello_time = state.clock().now_ms();
@@ -274,7 +275,7 @@ async fn host_login(
         server_time: u64::try_from(hello_time).unwrap_or(0),
     });
     if websocket
-        .send(Message::text(hello.to_json()))
+        .send(Message::Text(hello.to_json()))
         .await
         .is_err()
     {
@@ -413,7 +414,7 @@ async fn device_login(
     state: &AppState,
     session_id: Uuid,
     peer: &DevicePeer,
-    websocket: &mut WebSocket,
+    websocket: &mut WireSocket<Io>,
 ) -> Result<Option<SessionRow>, Refusal> {
     let config = state.config();
     let Some(text) = first_text(
@@ -503,7 +504,7 @@ async fn device_login(
     }
     let ready = stream::ServerMessage::Ready(Ready { session_id });
     if websocket
-        .send(Message::text(ready.to_json()))
+        .send(Message::Text(ready.to_json()))
         .await
         .is_err()
     {

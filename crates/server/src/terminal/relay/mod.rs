@@ -13,7 +13,9 @@
 //!   `terminal.relay_buffer_max_bytes` with real backpressure;
 //! - [`side`]: the loop of one connected side after its login (read, forward,
 //!   write, close);
-//! - [`store`]: what the relay writes: detach, byte counters, its own ends.
+//! - [`store`]: what the relay writes: detach, byte counters, its own ends;
+//! - [`wire`]: the WebSocket of both sides (RFC 6455, the server's end),
+//!   which holds no buffer while a side is idle.
 //!
 //! # Pairing
 //! A side joins after its identify was accepted. A side pairs at most once,
@@ -72,6 +74,7 @@ mod queue;
 pub(crate) mod registry;
 pub(crate) mod side;
 pub(crate) mod store;
+pub(crate) mod wire;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

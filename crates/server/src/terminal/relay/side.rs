@@ -16,15 +16,16 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::body::Bytes;
 use bothy_proto::codes::CloseCode;
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{FutureExt, SinkExt, StreamExt};
+use futures_util::FutureExt;
+use tokio::io::{ReadHalf, WriteHalf};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::pipe::{PipeReceiver, PipeSender};
+use super::wire::{Io, Message, WireReader, WireSocket, WireWriter};
 use super::{Command, Joined, Leave, Side, TICK};
 use crate::clock::millis;
 use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
@@ -32,6 +33,11 @@ use crate::state::AppState;
 
 /// The bytes of queued messages one flush of the writer takes at most.
 const WRITE_BATCH: usize = 256 * 1024;
+
+/// The reading half of a side's socket.
+type Reader = WireReader<ReadHalf<Io>>;
+/// The writing half of a side's socket.
+type Writer = WireWriter<WriteHalf<Io>>;
 
 /// How the loop ended.
 enum End {
@@ -51,7 +57,7 @@ pub(crate) async fn run(
     state: AppState,
     session_id: Uuid,
     side: Side,
-    websocket: WebSocket,
+    websocket: WireSocket<Io>,
     joined: Joined,
     mut guard: ShutdownGuard,
 ) {
@@ -63,18 +69,16 @@ pub(crate) async fn run(
         linked,
         stats,
     } = joined;
-    let (mut sink, mut stream) = websocket.split();
-    // The WebSocket keeps the waker of the task that wrote last (the login's,
-    // in the upgrade's task), and with it that whole task, until this task
-    // writes: an idle side may write nothing for hours. A flush of nothing
-    // puts this task's waker there now (D-706).
-    let _ = sink.flush().await;
+    let (mut writer, mut reader) = websocket.split();
     let gateway = &state.config().gateway;
     let write_timeout = gateway.write_timeout;
     let alive = Liveness::new();
     // The keepalive asks the writer for a ping (a kept permit: at most one
     // waits).
     let pings = Notify::new();
+    // The reader hands the writer the payload of the last ping that came,
+    // for its pong.
+    let pongs = Pongs::default();
     // Told when everything the counterpart sent was written here and the
     // counterpart is gone (or never came): the device's close at the end of
     // a session waits for it.
@@ -88,14 +92,15 @@ pub(crate) async fn run(
             &state,
             session_id,
             side,
-            &mut stream,
+            &mut reader,
             &outgoing,
             &linked,
             &stats,
             &alive,
+            &pongs,
             &mut carried,
         );
-        let writer = write_loop(&mut sink, paired, &pings, &drained);
+        let writer = write_loop(&mut writer, paired, &pings, &pongs, &drained);
         let keepalive = keepalive(&alive, &pings, gateway.ping_interval, gateway.ping_timeout);
         tokio::pin!(reader);
         tokio::pin!(writer);
@@ -146,14 +151,12 @@ pub(crate) async fn run(
         // The host's side: close, forwarding what the host sent before its
         // answer (its close frame follows its last data on the connection).
         End::Finish(code, reason) => {
-            let frame = Message::Close(Some(CloseFrame {
-                code,
-                reason: reason.into(),
-            }));
+            let frame = Message::Close(Some((code, reason)));
             Box::pin(async {
-                if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.send(frame)).await {
-                    forward_until_close(&state, side, &mut stream, &outgoing, &stats, carried)
+                if let Ok(Ok(())) = tokio::time::timeout(write_timeout, writer.send(frame)).await {
+                    forward_until_close(&state, side, &mut reader, &outgoing, &stats, carried)
                         .await;
+                    let _ = tokio::time::timeout(write_timeout, writer.shutdown()).await;
                 }
             })
             .await;
@@ -182,9 +185,11 @@ pub(crate) async fn run(
         .leave(&state, session_id, side, conn_id, leave);
     match end {
         End::Close(code, reason) | End::Finish(code, reason) => {
-            Box::pin(close(&mut sink, &mut stream, code, reason, write_timeout)).await;
+            Box::pin(close(&mut writer, &mut reader, code, reason, write_timeout)).await;
         }
-        End::ClosedByPeer(_) => Box::pin(read_to_end(&mut stream, CLOSE_ANSWER_WAIT)).await,
+        End::ClosedByPeer(frame) => {
+            Box::pin(answer_close(&mut writer, frame, write_timeout)).await;
+        }
         End::Gone => {}
     }
     drop(guard);
@@ -197,10 +202,10 @@ pub(crate) async fn run(
 async fn forward_until_close(
     state: &AppState,
     side: Side,
-    stream: &mut SplitStream<WebSocket>,
+    reader: &mut Reader,
     outgoing: &PipeSender,
     stats: &super::Stats,
-    carried: Option<axum::body::Bytes>,
+    carried: Option<Bytes>,
 ) {
     let _ = tokio::time::timeout(CLOSE_ANSWER_WAIT, async {
         if let Some(bytes) = carried {
@@ -209,7 +214,7 @@ async fn forward_until_close(
             stats.count(side, len, state.clock().now_ms());
             outgoing.send(bytes);
         }
-        while let Some(Ok(message)) = stream.next().await {
+        while let Some(Ok(message)) = reader.recv().await {
             let Message::Binary(bytes) = message else {
                 if matches!(message, Message::Close(_)) {
                     return;
@@ -297,26 +302,29 @@ async fn read_loop(
     state: &AppState,
     session_id: Uuid,
     side: Side,
-    stream: &mut SplitStream<WebSocket>,
+    reader: &mut Reader,
     outgoing: &PipeSender,
     linked: &std::sync::atomic::AtomicBool,
     stats: &super::Stats,
     alive: &Liveness,
-    carried: &mut Option<axum::body::Bytes>,
+    pongs: &Pongs,
+    carried: &mut Option<Bytes>,
 ) -> End {
     let stall_timeout = millis(state.config().terminal.relay_stall_timeout);
     // After a slow receiver was told 4014 this link forwards nothing more,
     // so the receiver sees a gap-free prefix (docs/decisions.md D-80).
     let mut dead = false;
     loop {
-        let next = stream.next().await;
+        let next = reader.recv().await;
         alive.seen();
         let message = match next {
             Some(Ok(Message::Binary(bytes))) => bytes,
-            Some(Ok(Message::Ping(_) | Message::Pong(_))) => continue,
-            Some(Ok(Message::Close(frame))) => {
-                return End::ClosedByPeer(frame.map(|f| (f.code, f.reason.to_string())));
+            Some(Ok(Message::Ping(payload))) => {
+                pongs.answer(payload);
+                continue;
             }
+            Some(Ok(Message::Pong(_))) => continue,
+            Some(Ok(Message::Close(frame))) => return End::ClosedByPeer(frame),
             // Text frames are forbidden after the login; a frame over the
             // limit or a broken one fails to decode: 4002 either way.
             Some(Ok(Message::Text(_))) | Some(Err(_)) => {
@@ -409,14 +417,15 @@ async fn wait_for_room(
     slow
 }
 
-/// Writes what the counterpart sent, once paired, and the keepalive's pings;
-/// gives the room of each message back after its write. Ends only when a
-/// write fails (never while the peer may still send: after the counterpart
-/// left, the relay says what happens next).
+/// Writes what the counterpart sent, once paired, the keepalive's pings and
+/// the answers to the peer's pings; gives the room of each message back after
+/// its write. Ends only when a write fails (never while the peer may still
+/// send: after the counterpart left, the relay says what happens next).
 async fn write_loop(
-    sink: &mut SplitSink<WebSocket, Message>,
+    writer: &mut Writer,
     paired: tokio::sync::oneshot::Receiver<PipeReceiver>,
     pings: &Notify,
+    pongs: &Pongs,
     drained: &Notify,
 ) {
     let mut paired = Some(paired);
@@ -424,8 +433,16 @@ async fn write_loop(
     loop {
         tokio::select! {
             () = pings.notified() => {
-                if sink.send(Message::Ping(Default::default())).await.is_err() {
+                if writer.send(Message::Ping(Bytes::new())).await.is_err() {
                     return;
+                }
+            }
+            () = pongs.ready.notified() => {
+                let payload = pongs.take();
+                if let Some(payload) = payload {
+                    if writer.send(Message::Pong(payload)).await.is_err() {
+                        return;
+                    }
                 }
             }
             received = async {
@@ -454,24 +471,20 @@ async fn write_loop(
                     continue;
                 };
                 // What else the counterpart queued meanwhile goes out with
-                // this message in one flush: one write of the TLS records
-                // instead of one per message, and one wake-up of this task
+                // this message in one vectored write and one flush: TLS packs
+                // the frames into records together, and this task wakes once
                 // (docs/decisions.md D-451). The room comes back after the
                 // flush, so the bound of the pipe still holds.
                 let mut len = message.len();
-                if sink.feed(Message::Binary(message)).await.is_err() {
-                    return;
-                }
+                let mut batch = vec![message];
                 while len < WRITE_BATCH {
                     let Some(next) = incoming.as_mut().and_then(PipeReceiver::try_recv) else {
                         break;
                     };
                     len += next.len();
-                    if sink.feed(Message::Binary(next)).await.is_err() {
-                        return;
-                    }
+                    batch.push(next);
                 }
-                if sink.flush().await.is_err() {
+                if writer.send_binary(batch).await.is_err() {
                     return;
                 }
                 if let Some(incoming) = incoming.as_ref() {
@@ -483,27 +496,64 @@ async fn write_loop(
     }
 }
 
-/// Sends the close frame (at most `write_timeout`), then waits for the peer's.
+/// The payload of the last ping the peer sent, for the writer's pong (a
+/// newer ping replaces one not answered yet; RFC 6455 5.5.3 allows
+/// answering only the most recent).
+#[derive(Default)]
+struct Pongs {
+    payload: std::sync::Mutex<Option<Bytes>>,
+    ready: Notify,
+}
+
+impl Pongs {
+    fn answer(&self, payload: Bytes) {
+        if let Ok(mut slot) = self.payload.lock() {
+            *slot = Some(payload);
+        }
+        self.ready.notify_one();
+    }
+
+    fn take(&self) -> Option<Bytes> {
+        self.payload.lock().ok().and_then(|mut slot| slot.take())
+    }
+}
+
+/// Sends the close frame (at most `write_timeout`), waits for the peer's,
+/// then ends the connection's writing.
 async fn close(
-    sink: &mut SplitSink<WebSocket, Message>,
-    stream: &mut SplitStream<WebSocket>,
+    writer: &mut Writer,
+    reader: &mut Reader,
     code: u16,
     reason: String,
     write_timeout: Duration,
 ) {
-    let frame = Message::Close(Some(CloseFrame {
-        code,
-        reason: reason.into(),
-    }));
-    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, sink.send(frame)).await {
-        read_to_end(stream, CLOSE_ANSWER_WAIT).await;
+    let frame = Message::Close(Some((code, reason)));
+    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, writer.send(frame)).await {
+        read_to_close(reader, CLOSE_ANSWER_WAIT).await;
+        let _ = tokio::time::timeout(write_timeout, writer.shutdown()).await;
     }
 }
 
-/// Reads and drops frames until the stream ends, at most `limit` long.
-async fn read_to_end(stream: &mut SplitStream<WebSocket>, limit: Duration) {
+/// Answers the peer's close frame with the same code and reason (RFC 6455
+/// 5.5.1), then ends the connection's writing.
+async fn answer_close(writer: &mut Writer, frame: Option<(u16, String)>, write_timeout: Duration) {
+    let _ = tokio::time::timeout(write_timeout, async {
+        if writer.send(Message::Close(frame)).await.is_ok() {
+            let _ = writer.shutdown().await;
+        }
+    })
+    .await;
+}
+
+/// Reads and drops messages until the peer's close frame or the end of the
+/// connection, at most `limit` long.
+async fn read_to_close(reader: &mut Reader, limit: Duration) {
     let _ = tokio::time::timeout(limit, async {
-        while let Some(Ok(_)) = stream.next().await {}
+        while let Some(Ok(message)) = reader.recv().await {
+            if matches!(message, Message::Close(_)) {
+                return;
+            }
+        }
     })
     .await;
 }
