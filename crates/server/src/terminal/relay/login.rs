@@ -67,7 +67,7 @@ use bothy_proto::stream::{self, DeviceMessage, Ready};
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::wire::{Io, Message, WireSocket};
+use super::wire::{self, Io, Message, WireSocket};
 
 use super::store::{self, SessionRow};
 use super::{Side, TICK, side};
@@ -79,7 +79,7 @@ use crate::identity::login_sessions::ClientComponent;
 use crate::identity::opaque::{OpaqueSecret, SecretKind};
 use crate::identity::principal::{self, PersonPrincipal, Principal};
 use crate::ratelimit::RetryAfter;
-use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
+use crate::shutdown::ShutdownGuard;
 use crate::state::AppState;
 use crate::terminal::host_auth::{self, HostAuthRefusal};
 use crate::terminal::{channel_limits, keys};
@@ -238,20 +238,9 @@ async fn join(
 
 /// Sends the close frame of a refused login and waits for the answer.
 async fn refuse(state: &AppState, websocket: WireSocket<Io>, code: u16, reason: String) {
-    let write_timeout = state.config().gateway.write_timeout;
     let (mut writer, mut reader) = websocket.split();
-    let frame = Message::Close(Some((code, reason)));
-    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, writer.send(frame)).await {
-        let _ = tokio::time::timeout(CLOSE_ANSWER_WAIT, async {
-            while let Some(Ok(message)) = reader.recv().await {
-                if matches!(message, Message::Close(_)) {
-                    break;
-                }
-            }
-        })
-        .await;
-        let _ = tokio::time::timeout(write_timeout, writer.shutdown()).await;
-    }
+    let write_timeout = state.config().gateway.write_timeout;
+    wire::close(&mut writer, &mut reader, code, reason, write_timeout).await;
 }
 
 /// The data connection's login; `Ok(None)` if the host left.

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use uuid::Uuid;
 
 use super::pipe::{PipeReceiver, PipeSender};
-use super::wire::{Io, Message, WireReader, WireSocket, WireWriter};
+use super::wire::{self, Io, Message, WireReader, WireSocket, WireWriter};
 use super::{Command, Joined, Leave, Side, TICK};
 use crate::clock::millis;
 use crate::shutdown::{CLOSE_ANSWER_WAIT, ShutdownGuard};
@@ -185,7 +185,14 @@ pub(crate) async fn run(
         .leave(&state, session_id, side, conn_id, leave);
     match end {
         End::Close(code, reason) | End::Finish(code, reason) => {
-            Box::pin(close(&mut writer, &mut reader, code, reason, write_timeout)).await;
+            Box::pin(wire::close(
+                &mut writer,
+                &mut reader,
+                code,
+                reason,
+                write_timeout,
+            ))
+            .await;
         }
         End::ClosedByPeer(frame) => {
             Box::pin(answer_close(&mut writer, frame, write_timeout)).await;
@@ -518,41 +525,12 @@ impl Pongs {
     }
 }
 
-/// Sends the close frame (at most `write_timeout`), waits for the peer's,
-/// then ends the connection's writing.
-async fn close(
-    writer: &mut Writer,
-    reader: &mut Reader,
-    code: u16,
-    reason: String,
-    write_timeout: Duration,
-) {
-    let frame = Message::Close(Some((code, reason)));
-    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, writer.send(frame)).await {
-        read_to_close(reader, CLOSE_ANSWER_WAIT).await;
-        let _ = tokio::time::timeout(write_timeout, writer.shutdown()).await;
-    }
-}
-
 /// Answers the peer's close frame with the same code and reason (RFC 6455
 /// 5.5.1), then ends the connection's writing.
 async fn answer_close(writer: &mut Writer, frame: Option<(u16, String)>, write_timeout: Duration) {
     let _ = tokio::time::timeout(write_timeout, async {
         if writer.send(Message::Close(frame)).await.is_ok() {
             let _ = writer.shutdown().await;
-        }
-    })
-    .await;
-}
-
-/// Reads and drops messages until the peer's close frame or the end of the
-/// connection, at most `limit` long.
-async fn read_to_close(reader: &mut Reader, limit: Duration) {
-    let _ = tokio::time::timeout(limit, async {
-        while let Some(Ok(message)) = reader.recv().await {
-            if matches!(message, Message::Close(_)) {
-                return;
-            }
         }
     })
     .await;

@@ -10,21 +10,22 @@
 //! against 33 KiB for one that never carried any. Here a message is read
 //! into a buffer of exactly its length, which then is the message the relay
 //! forwards (no second copy), and a message is written as its header and its
-//! payload, vectored, into TLS (no write buffer at all).
+//! payload, vectored, into TLS (no write buffer: only the messages on their
+//! way, until the connection took them).
 //!
 //! The upgrade itself (the HTTP request and the 101) is the web layer's:
 //! `crate::http::upgrade`.
 //!
 //! What is tungstenite's and used from it: the frame header's parsing and
 //! formatting ([`FrameHeader`]) and which close codes may travel
-//! ([`CloseCode::is_allowed`]). What is this
-//! module's: the rules of the server's end: every frame from the client
-//! masked, no reserved bits or opcodes, control frames whole and at most 125
+//! ([`CloseCode::is_allowed`]). What is this module's: the rules of the
+//! server's end: every frame from the client masked, no reserved bits or opcodes, control frames whole and at most 125
 //! bytes, fragments only in order, text valid UTF-8, a close frame's code
 //! and reason valid, and the size limit on every frame and message (a frame
 //! over it is refused from its header, before its payload).
 
 use std::io::{self, Cursor, IoSlice};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use bytes::BufMut;
@@ -32,6 +33,8 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use tokio_tungstenite::tungstenite::protocol::frame::FrameHeader;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::{CloseCode, Control, Data, OpCode};
+
+use crate::shutdown::CLOSE_ANSWER_WAIT;
 
 /// The connection under a relay side once upgraded.
 pub(crate) type Io = TokioIo<hyper::upgrade::Upgraded>;
@@ -472,6 +475,43 @@ impl<W: AsyncWrite + Unpin> WireWriter<W> {
         *pending = None;
         Ok(())
     }
+}
+
+/// Ends a connection from the server's side (RFC 6455 7.1.2): the close
+/// frame with `code` and `reason` (given up after `write_timeout`), the
+/// peer's close read for at most [`CLOSE_ANSWER_WAIT`], then the end of the
+/// connection's writing. A login's refusal and a side's end both end so.
+pub(crate) async fn close<W, R>(
+    writer: &mut WireWriter<W>,
+    reader: &mut WireReader<R>,
+    code: u16,
+    reason: String,
+    write_timeout: Duration,
+) where
+    W: AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
+{
+    let frame = Message::Close(Some((code, reason)));
+    if let Ok(Ok(())) = tokio::time::timeout(write_timeout, writer.send(frame)).await {
+        read_to_close(reader, CLOSE_ANSWER_WAIT).await;
+        let _ = tokio::time::timeout(write_timeout, writer.shutdown()).await;
+    }
+}
+
+/// Reads and drops messages until the peer's close frame or the end of the
+/// connection, at most `limit` long.
+pub(crate) async fn read_to_close<R: AsyncRead + Unpin>(
+    reader: &mut WireReader<R>,
+    limit: Duration,
+) {
+    let _ = tokio::time::timeout(limit, async {
+        while let Some(Ok(message)) = reader.recv().await {
+            if matches!(message, Message::Close(_)) {
+                return;
+            }
+        }
+    })
+    .await;
 }
 
 /// A close frame's payload: the code and the reason, cut to fit a control
