@@ -100,6 +100,10 @@ pub struct Options {
     /// process, which the edge prefers for both stream paths (node C its
     /// backup), so a test can kill the node that relays a session (TM-T16).
     pub streams_process: bool,
+    /// The server on `127.0.0.1:443`, the port of its `public_url`
+    /// (`https://localhost`), instead of a free port: a browser then reaches
+    /// it directly (the console's benchmark; root).
+    pub server_on_public_port: bool,
 }
 
 impl Default for Options {
@@ -116,6 +120,7 @@ impl Default for Options {
             cluster: false,
             control_process: false,
             streams_process: false,
+            server_on_public_port: false,
         }
     }
 }
@@ -325,7 +330,12 @@ impl Scenario {
             assert_eq!(engine, Engine::Postgres, "several nodes need PostgreSQL");
             yaml.push_str("cluster:\n  mode: multi\n");
         }
-        let server = TestServer::start_at(engine, &yaml, real_now_ms()).await;
+        let port = if options.server_on_public_port {
+            443
+        } else {
+            0
+        };
+        let server = TestServer::start_at_port(engine, &yaml, real_now_ms(), port).await;
         let follower = follow_real_time(Arc::clone(&server.clock));
         let cluster = if options.cluster {
             Some(

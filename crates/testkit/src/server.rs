@@ -74,9 +74,22 @@ impl TestServer {
     /// starts at `start_ms` (the host service's scenario tests start it at the
     /// real time, because the host checks tokens against its own clock).
     pub async fn start_at(engine: Engine, extra_yaml: &str, start_ms: i64) -> TestServer {
+        TestServer::start_at_port(engine, extra_yaml, start_ms, 0).await
+    }
+
+    /// [`TestServer::start_at`] on `127.0.0.1:port` (0: a free port). A
+    /// benchmark serves on 443, the port of the `public_url`
+    /// `https://localhost`, so a browser reaches the server without a
+    /// forwarder of the benchmark's own in between.
+    pub async fn start_at_port(
+        engine: Engine,
+        extra_yaml: &str,
+        start_ms: i64,
+        port: u16,
+    ) -> TestServer {
         let db = TestDb::fresh(engine).await;
         let data_dir = tempfile::tempdir().expect("temporary data directory");
-        TestServer::start_on_at(db, data_dir, extra_yaml, start_ms).await
+        TestServer::start_on_at_port(db, data_dir, extra_yaml, start_ms, port).await
     }
 
     /// Starts a server on an existing database and data directory (a restart).
@@ -100,6 +113,17 @@ impl TestServer {
         extra_yaml: &str,
         start_ms: i64,
     ) -> TestServer {
+        TestServer::start_on_at_port(db, data_dir, extra_yaml, start_ms, 0).await
+    }
+
+    /// [`TestServer::start_on_at`] on `127.0.0.1:port` (0: a free port).
+    async fn start_on_at_port(
+        db: TestDb,
+        data_dir: tempfile::TempDir,
+        extra_yaml: &str,
+        start_ms: i64,
+        port: u16,
+    ) -> TestServer {
         let (server_keys, extra_yaml) = split_server_section(extra_yaml);
         let extra_yaml = with_quiet_sweep(&extra_yaml);
         let yaml = format!(
@@ -108,7 +132,9 @@ impl TestServer {
             db.url()
         );
         let clock = ManualClock::new(start_ms);
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind port 0");
+        let listener = TcpListener::bind(("127.0.0.1", port))
+            .await
+            .unwrap_or_else(|e| panic!("bind 127.0.0.1:{port}: {e}"));
         let (app, task, shutdown) = serve(&yaml, clock.clone(), listener).await;
         let ca_file = app.0;
         let port = app.2;

@@ -25,7 +25,7 @@
 // With BOTHY_CONSOLE_PROFILE set, the page's thread is sampled (DevTools'
 // Profiler, every 100 µs) during the first tab burst and the first write from
 // memory, and the self time of the top functions goes to stderr as
-// "PROFILE tab|memory: <ms> <share> <function> <file>:<line>"; the figures of
+// "PROFILE tab|memory: <ms> <share> <function> <file>:<line>:<column>"; the figures of
 // such a run carry the sampler's cost.
 //
 // The tab is not instrumented (docs/decisions.md D-701): Playwright only
@@ -39,7 +39,6 @@ import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
-import { createServer, connect } from "node:net";
 import { createInterface } from "node:readline";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -69,17 +68,11 @@ const quantile = (values, q) => {
   return sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)];
 };
 
-const forwarder = createServer((client) => {
-  const upstream = connect(port, "127.0.0.1");
-  client.pipe(upstream).pipe(client);
-  const end = () => {
-    client.destroy();
-    upstream.destroy();
-  };
-  client.on("error", end);
-  upstream.on("error", end);
-});
-await new Promise((resolve, reject) => forwarder.listen(443, "127.0.0.1", resolve).on("error", reject));
+// The browser reaches the server as https://localhost, the origin of its
+// public_url (WebAuthn and the device stream's Origin check): the server
+// listens on 443 itself (bench/benches/console.rs), as a person's browser
+// would reach it; no forwarder of this script's own in between (D-719).
+if (port !== 443) throw new Error(`the server must listen on 443 (E2E_PORT is ${port})`);
 const base = "https://localhost";
 const home = mkdtempSync(join(tmpdir(), "bothy-console-bench-"));
 const nss = join(home, ".pki", "nssdb");
@@ -118,7 +111,7 @@ async function profileStop(page, label) {
   profile.samples.forEach((id, i) => {
     const node = byId.get(id);
     const f = node.callFrame;
-    const key = `${f.functionName || "(anonymous)"} ${f.url.split("/").pop()}:${f.lineNumber}`;
+    const key = `${f.functionName || "(anonymous)"} ${f.url.split("/").pop()}:${f.lineNumber}:${f.columnNumber}`;
     const dt = profile.timeDeltas[i] ?? 0;
     total += dt;
     self.set(key, (self.get(key) ?? 0) + dt);
@@ -523,7 +516,6 @@ try {
   console.log(`FAILED ${error instanceof Error ? error.stack : String(error)}`);
 } finally {
   await browser.close();
-  forwarder.close();
   lines.close();
   rmSync(burstDir, { recursive: true, force: true });
 }
