@@ -16,6 +16,7 @@ use bothy_noise::EphemeralKey;
 use bothy_proto::frame::{Frame, TerminalSize};
 use bothy_proto::jws::{Att, Ed25519SigningKey, TerminalSessionClaims, ephemeral_key_hash};
 use bothy_server::db::Engine;
+use bothy_server::metrics::TlsHandshakeKind;
 use bothy_testkit::eventually;
 use bothy_testkit::wait::try_eventually;
 use e2e_common::{DeviceSession, Options, Scenario, refused, revoked, start_background};
@@ -60,6 +61,31 @@ async fn a_shell_runs_as_the_session_user_and_its_exit_code_arrives() {
                 "the canary is in the state directory"
             );
         }
+    }
+}
+
+/// Each data connection of the host service resumes the TLS session of an
+/// earlier connection (issue 20: the opening does not pay for a full
+/// handshake, certificate and its check, on the host's way): the service
+/// keeps one TLS client configuration with its session store for its life,
+/// and the server keeps sessions. The test's own clients never resume
+/// (`ws::client_tls_config`), so every resumed handshake is the host's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_data_connection_of_the_host_resumes_its_tls_session() {
+    let scenario = Scenario::start(Engine::Sqlite, Options::default()).await;
+    let handshakes = scenario.server.state.metrics().tls_handshakes();
+    let before = handshakes.get(TlsHandshakeKind::Resumed);
+    for round in 1..=2 {
+        let mut device = scenario.open_shell().await;
+        device.type_text("echo RESUMED-$((20+1))\n").await;
+        device.expect_output("RESUMED-21").await;
+        assert_eq!(
+            handshakes.get(TlsHandshakeKind::Resumed),
+            before + round,
+            "the data connection of opening {round} resumed"
+        );
+        device.type_text("exit 0\n").await;
+        assert_eq!(device.expect_exit().await, 0);
     }
 }
 

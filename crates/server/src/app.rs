@@ -199,7 +199,8 @@ impl App {
             trigger.trigger();
         };
         let limits = http::serve::ConnectionLimits::from(&state.config().server);
-        let result = http::serve(listener, tls, router, limits, stopping).await;
+        let handshakes = state.metrics().tls_handshakes().clone();
+        let result = http::serve(listener, tls, router, limits, handshakes, stopping).await;
         // Also when serving failed before the shutdown future completed.
         trigger.trigger();
         let goodbye = state.config().gateway.write_timeout + CLOSE_ANSWER_WAIT;

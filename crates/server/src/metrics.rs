@@ -17,6 +17,7 @@
 //! | `bothy_events_dropped_slow_total` | counter | — | event stream sockets closed with 4014 `slow_consumer` |
 //! | `bothy_terminal_hosts_connected` | gauge | — | hosts whose control connection on this process is connected (first report applied, 3.5) |
 //! | `bothy_terminal_relay_unpaired_total` | counter | `side` (`client`, `host`; spec 9) | relay sides that found no counterpart within `terminal.open_timeout` and closed with 4102 (section 9) |
+//! | `bothy_tls_handshakes_total` | counter | `kind` (`full`, `resumed`) | TLS handshakes completed on the main listener: `resumed` took a session the client kept from an earlier connection (no certificate sent or checked again), `full` everything else |
 //!
 //! The terminal relay's metrics (e.g. `bothy_terminal_relay_unpaired{side}`,
 //! section 9) are registered by the relay when it exists, where they can be tested.
@@ -165,6 +166,50 @@ impl WatchedGauge {
     }
 }
 
+code_enum! {
+    /// How a TLS handshake went: a full one, or the resumption of a session
+    /// the client kept (TLS 1.3 with a pre-shared key of an earlier
+    /// connection; the key exchange runs again, the certificate does not).
+    pub enum TlsHandshakeKind {
+        /// A full handshake (with or without a HelloRetryRequest).
+        Full => "full",
+        /// A resumed session.
+        Resumed => "resumed",
+    }
+}
+
+impl TlsHandshakeKind {
+    /// The kind of a completed handshake.
+    pub fn of(kind: rustls::HandshakeKind) -> TlsHandshakeKind {
+        match kind {
+            rustls::HandshakeKind::Resumed => TlsHandshakeKind::Resumed,
+            _ => TlsHandshakeKind::Full,
+        }
+    }
+
+    /// The position in [`TlsHandshakeKind::ALL`] (declaration order).
+    const fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The handles of `bothy_tls_handshakes_total` by kind, for the accept loop
+/// (clones share the family's atomics).
+#[derive(Debug, Clone, Default)]
+pub struct TlsHandshakes([Counter; 2]);
+
+impl TlsHandshakes {
+    /// Counts one completed handshake.
+    pub fn count(&self, kind: TlsHandshakeKind) {
+        self.0[kind.index()].inc();
+    }
+
+    /// The handshakes counted of `kind`.
+    pub fn get(&self, kind: TlsHandshakeKind) -> u64 {
+        self.0[kind.index()].get()
+    }
+}
+
 /// The metrics of this process and their registry. Cheap to share (`Arc` in
 /// [`AppState`]); every handle is an atomic.
 pub struct Metrics {
@@ -178,6 +223,8 @@ pub struct Metrics {
     terminal_relay_unpaired: [Counter; 2],
     /// `bothy_terminal_hosts_connected`.
     control_hosts_connected: WatchedGauge,
+    /// `bothy_tls_handshakes_total` by kind.
+    tls_handshakes: TlsHandshakes,
 }
 
 impl fmt::Debug for Metrics {
@@ -254,6 +301,18 @@ impl Metrics {
             control_hosts_connected.gauge.clone(),
         );
 
+        let handshakes: Family<[(&'static str, &'static str); 1], Counter> = Family::default();
+        registry.register(
+            "bothy_tls_handshakes",
+            "TLS handshakes completed on the main listener, full or resumed",
+            handshakes.clone(),
+        );
+        let tls_handshakes = TlsHandshakes(std::array::from_fn(|k| {
+            handshakes
+                .get_or_create(&[("kind", TlsHandshakeKind::ALL[k].as_str())])
+                .clone()
+        }));
+
         Metrics {
             registry,
             http_requests,
@@ -262,6 +321,7 @@ impl Metrics {
             events_dropped_slow,
             terminal_relay_unpaired,
             control_hosts_connected,
+            tls_handshakes,
         }
     }
 
@@ -303,6 +363,11 @@ impl Metrics {
     /// `bothy_terminal_hosts_connected`.
     pub fn control_hosts_connected(&self) -> &WatchedGauge {
         &self.control_hosts_connected
+    }
+
+    /// `bothy_tls_handshakes_total`, for the accept loop.
+    pub fn tls_handshakes(&self) -> &TlsHandshakes {
+        &self.tls_handshakes
     }
 
     /// Every metric in the Prometheus text format (version 0.0.4).

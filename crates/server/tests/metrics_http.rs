@@ -10,15 +10,21 @@ use bothy_testkit as support;
 use bothy_testkit::identity as identity_common;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use bothy_server::clock::Clock;
 use bothy_server::db::Engine;
 use bothy_server::events::{Audience, DurableEvent, EventKind};
+use bothy_server::metrics::TlsHandshakeKind;
 use identity_common::*;
+use rustls::pki_types::ServerName;
 use serde_json::{Value, json};
 use support::both_engines;
 use support::server::TestServer;
 use support::ws;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
 use uuid::Uuid;
 
 /// One scrape: `name{labels}` → value, and the declared type of each family.
@@ -133,6 +139,7 @@ async fn the_text_format_parses_and_counters_move(engine: Engine) {
         ("bothy_events_sockets", "gauge"),
         ("bothy_events_delivered_total", "counter"),
         ("bothy_events_dropped_slow_total", "counter"),
+        ("bothy_tls_handshakes_total", "counter"),
     ] {
         assert_eq!(
             before.types.get(family).map(String::as_str),
@@ -261,10 +268,82 @@ async fn no_canary_reaches_the_metrics(engine: Engine) {
                 // bothy_terminal_relay_unpaired_total (section 9).
                 || ["client", "host"]
                     .iter()
-                    .any(|s| label.starts_with(&format!("side=\"{s}\"}}"))),
+                    .any(|s| label.starts_with(&format!("side=\"{s}\"}}")))
+                // bothy_tls_handshakes_total.
+                || ["full", "resumed"]
+                    .iter()
+                    .any(|k| label.starts_with(&format!("kind=\"{k}\"}}"))),
             "{label}"
         );
     }
+    server.stop().await;
+}
+
+/// One TLS connection with `config`: a request, its whole answer read (the
+/// session tickets of TLS 1.3 come after the handshake, so a client stores
+/// one only once it reads), then the end. How the handshake went, as the
+/// client saw it.
+async fn request_over_tls(
+    server: &TestServer,
+    config: &Arc<rustls::ClientConfig>,
+) -> rustls::HandshakeKind {
+    let tcp = TcpStream::connect(("127.0.0.1", server.port))
+        .await
+        .unwrap();
+    let name = ServerName::try_from("localhost").unwrap();
+    let mut tls = TlsConnector::from(Arc::clone(config))
+        .connect(name, tcp)
+        .await
+        .unwrap();
+    let kind = tls.get_ref().1.handshake_kind().unwrap();
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    tls.read_to_end(&mut answer).await.unwrap();
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+    kind
+}
+
+/// `bothy_tls_handshakes_total`: a client that keeps its session resumes it
+/// on its next connection (the server keeps sessions by default; the host
+/// service reconnects so, issue 20) and is counted `resumed`; a client
+/// without a stored session is counted `full`.
+#[tokio::test]
+async fn tls_handshakes_are_counted_full_or_resumed() {
+    let server = TestServer::start(Engine::Sqlite).await;
+    let handshakes = server.state.metrics().tls_handshakes();
+    let (full, resumed) = (
+        handshakes.get(TlsHandshakeKind::Full),
+        handshakes.get(TlsHandshakeKind::Resumed),
+    );
+    let mut keeping = ws::client_tls_config(&server.ca_file);
+    keeping.resumption = rustls::client::Resumption::default();
+    let keeping = Arc::new(keeping);
+    assert_eq!(
+        request_over_tls(&server, &keeping).await,
+        rustls::HandshakeKind::Full
+    );
+    assert_eq!(
+        request_over_tls(&server, &keeping).await,
+        rustls::HandshakeKind::Resumed
+    );
+    // The test's own clients never resume (ws::client_tls_config).
+    let fresh = Arc::new(ws::client_tls_config(&server.ca_file));
+    assert_eq!(
+        request_over_tls(&server, &fresh).await,
+        rustls::HandshakeKind::Full
+    );
+    assert_eq!(
+        request_over_tls(&server, &fresh).await,
+        rustls::HandshakeKind::Full
+    );
+    assert_eq!(handshakes.get(TlsHandshakeKind::Resumed), resumed + 1);
+    assert_eq!(handshakes.get(TlsHandshakeKind::Full), full + 3);
+    let scraped = scrape(&server).await;
+    assert_eq!(scraped.types["bothy_tls_handshakes_total"], "counter");
+    assert!(scraped.value("bothy_tls_handshakes_total{kind=\"resumed\"}") >= (resumed + 1) as f64);
+    assert!(scraped.value("bothy_tls_handshakes_total{kind=\"full\"}") >= (full + 3) as f64);
     server.stop().await;
 }
 

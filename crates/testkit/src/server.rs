@@ -323,10 +323,13 @@ pub fn plain_http_client() -> reqwest::Client {
 
 fn builder_with_roots(roots: rustls::RootCertStore) -> reqwest::ClientBuilder {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let tls = rustls::ClientConfig::builder_with_provider(provider)
+    let mut tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
+    // As the test's WebSocket clients (`ws::client_tls_config`): a resumed
+    // handshake in a scenario is the host service's.
+    tls.resumption = rustls::client::Resumption::disabled();
     reqwest::Client::builder().tls_backend_preconfigured(tls)
 }

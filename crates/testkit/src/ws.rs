@@ -171,6 +171,13 @@ pub async fn raw_tls(
 }
 
 fn tls_config(ca_file: &std::path::Path) -> Arc<rustls::ClientConfig> {
+    Arc::new(client_tls_config(ca_file))
+}
+
+/// The TLS configuration of the test's clients: trusts the server's CA
+/// (`ca_file`), and never resumes a session, so every resumed handshake the
+/// server counts in a scenario is the host service's (or the CLI's) own.
+pub fn client_tls_config(ca_file: &std::path::Path) -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca_file).expect("CA file") {
         roots
@@ -178,12 +185,13 @@ fn tls_config(ca_file: &std::path::Path) -> Arc<rustls::ClientConfig> {
             .expect("CA accepted");
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .expect("TLS versions")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    Arc::new(config)
+    config.resumption = rustls::client::Resumption::disabled();
+    config
 }
 
 /// What the server sent next.

@@ -55,6 +55,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::config::ServerConfig;
+use crate::metrics::{TlsHandshakeKind, TlsHandshakes};
 
 /// How long open connections may take to finish after the shutdown signal.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -108,6 +109,7 @@ pub async fn serve(
     tls: Option<Arc<rustls::ServerConfig>>,
     router: Router,
     limits: ConnectionLimits,
+    handshakes: TlsHandshakes,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let acceptor = tls.map(TlsAcceptor::from);
@@ -147,6 +149,7 @@ pub async fn serve(
         };
         let router = router.clone();
         let acceptor = acceptor.clone();
+        let handshakes = handshakes.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
             let _slot = slot;
@@ -177,6 +180,9 @@ pub async fn serve(
                     let Some(tls) = tls_accept(&acceptor, stream, peer, handshake).await else {
                         return;
                     };
+                    if let Some(kind) = tls.get_ref().1.handshake_kind() {
+                        handshakes.count(TlsHandshakeKind::of(kind));
+                    }
                     let io = TokioIo::new(Tracked::new(tls, Arc::clone(&activity)));
                     let connection = builder.serve_connection_with_upgrades(io, service);
                     watch(
