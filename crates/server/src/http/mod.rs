@@ -36,6 +36,7 @@ pub mod precondition;
 pub mod problem;
 pub mod routes;
 pub mod serve;
+mod tls_stream;
 pub(crate) mod upgrade;
 
 use std::sync::Arc;

@@ -51,9 +51,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
-use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+use super::tls_stream::{self, TlsStream};
 use crate::config::ServerConfig;
 use crate::metrics::{TlsHandshakeKind, TlsHandshakes};
 
@@ -112,7 +112,6 @@ pub async fn serve(
     handshakes: TlsHandshakes,
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
-    let acceptor = tls.map(TlsAcceptor::from);
     let graceful = GracefulShutdown::new();
     let addresses = Arc::new(AddressCounts::default());
     let refusals = RefusalLog::default();
@@ -148,7 +147,7 @@ pub async fn serve(
             continue;
         };
         let router = router.clone();
-        let acceptor = acceptor.clone();
+        let tls = tls.clone();
         let handshakes = handshakes.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
@@ -174,13 +173,13 @@ pub async fn serve(
             };
             let builder = auto::Builder::new(TokioExecutor::new());
             let stream = QuickAck::new(stream);
-            let result = match acceptor {
-                Some(acceptor) => {
+            let result = match tls {
+                Some(config) => {
                     let handshake = TLS_HANDSHAKE_TIMEOUT.min(limits.header_read_timeout);
-                    let Some(tls) = tls_accept(&acceptor, stream, peer, handshake).await else {
+                    let Some(tls) = tls_accept(&config, stream, peer, handshake).await else {
                         return;
                     };
-                    if let Some(kind) = tls.get_ref().1.handshake_kind() {
+                    if let Some(kind) = tls.handshake_kind() {
                         handshakes.count(TlsHandshakeKind::of(kind));
                     }
                     let io = TokioIo::new(Tracked::new(tls, Arc::clone(&activity)));
@@ -629,12 +628,12 @@ fn lacks_resources(error: &std::io::Error) -> bool {
 }
 
 async fn tls_accept(
-    acceptor: &TlsAcceptor,
+    config: &Arc<rustls::ServerConfig>,
     stream: QuickAck,
     peer: SocketAddr,
     timeout: Duration,
-) -> Option<tokio_rustls::server::TlsStream<QuickAck>> {
-    match tokio::time::timeout(timeout, acceptor.accept(stream)).await {
+) -> Option<TlsStream<QuickAck>> {
+    match tokio::time::timeout(timeout, tls_stream::accept(Arc::clone(config), stream)).await {
         Ok(Ok(tls)) => Some(tls),
         Ok(Err(error)) => {
             tracing::debug!(%error, peer = %peer.ip(), "TLS handshake failed");
