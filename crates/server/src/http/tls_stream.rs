@@ -23,10 +23,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
+use bytes::{Buf, BytesMut};
 use rustls::ServerConfig;
 use rustls::server::UnbufferedServerConnection;
 use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedStatus};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio_util::io::poll_read_buf;
 
 /// The most bytes read from the socket at once: one whole record of the
 /// largest size a peer may send (16 KiB of data, its header and the most
@@ -49,7 +51,7 @@ pub(crate) struct TlsStream<IO> {
     conn: UnbufferedServerConnection,
     /// TLS bytes from the peer not processed yet (a record in part); no
     /// room kept while the connection waits.
-    incoming: Vec<u8>,
+    incoming: BytesMut,
     /// Records on their way to the peer, and how many bytes of them the
     /// socket took.
     outgoing: Vec<u8>,
@@ -88,7 +90,7 @@ where
     let mut stream = TlsStream {
         io,
         conn,
-        incoming: Vec::new(),
+        incoming: BytesMut::new(),
         outgoing: Vec::new(),
         sent: 0,
         plaintext: Vec::new(),
@@ -140,7 +142,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
     ) -> io::Result<Driven> {
         loop {
             let UnbufferedStatus { discard, state } =
-                self.conn.process_tls_records(&mut self.incoming);
+                self.conn.process_tls_records(&mut self.incoming[..]);
             let state = state.map_err(tls_error)?;
             let driven = match state {
                 ConnectionState::ReadTraffic(mut traffic) => {
@@ -227,7 +229,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
                 _ => return Err(io::Error::other("unexpected TLS connection state")),
             };
             if discard > 0 {
-                self.incoming.drain(..discard);
+                self.incoming.advance(discard);
             }
             if let Some(driven) = driven {
                 return Ok(driven);
@@ -274,29 +276,23 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
         Poll::Ready(Ok(()))
     }
 
-    /// Reads what the socket has (at most [`READ_CHUNK`]) after the bytes
-    /// not processed yet; 0 at its end. Room is made only for the read: a
-    /// read that finds nothing leaves no buffer behind.
+    /// Reads what the socket has (room for at least [`READ_CHUNK`], not
+    /// zeroed first) after the bytes not processed yet; 0 at its end. Room
+    /// is made only for the read: a read that finds nothing leaves no buffer
+    /// behind.
     fn poll_fill(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-        let kept = self.incoming.len();
-        if kept >= MAX_INCOMING {
+        if self.incoming.len() >= MAX_INCOMING {
             return Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 "a TLS message over the size limit",
             )));
         }
-        self.incoming.resize(kept + READ_CHUNK, 0);
-        let mut buf = ReadBuf::new(&mut self.incoming[kept..]);
-        let result = Pin::new(&mut self.io).poll_read(cx, &mut buf);
-        let read = match result {
-            Poll::Ready(Ok(())) => buf.filled().len(),
-            _ => 0,
-        };
-        self.incoming.truncate(kept + read);
+        self.incoming.reserve(READ_CHUNK);
+        let result = poll_read_buf(Pin::new(&mut self.io), cx, &mut self.incoming);
         if self.incoming.is_empty() {
-            self.incoming = Vec::new();
+            self.incoming = BytesMut::new();
         }
-        result.map_ok(|()| read)
+        result
     }
 
     /// Hands decrypted data that waits to `buf`; `true` if there was some.
