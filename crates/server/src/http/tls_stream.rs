@@ -161,17 +161,8 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
                     None
                 }
                 ConnectionState::EncodeTlsData(mut encode) => {
-                    let start = self.outgoing.len();
-                    let needed = match encode.encode(&mut []) {
-                        Err(EncodeError::InsufficientSize(size)) => size.required_size,
-                        Err(error) => return Err(io::Error::other(error)),
-                        Ok(_) => 0,
-                    };
-                    self.outgoing.resize(start + needed, 0);
-                    let written = encode
-                        .encode(&mut self.outgoing[start..])
-                        .map_err(io::Error::other)?;
-                    self.outgoing.truncate(start + written);
+                    // Asked with no room, the connection says how much it needs.
+                    append(&mut self.outgoing, 0, |room| encode.encode(room))?;
                     None
                 }
                 // What was encoded goes out, in the connection's order, with
@@ -184,36 +175,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
                 ConnectionState::WriteTraffic(mut traffic) => match data {
                     Some(data) if !data.is_empty() => {
                         let data = &data[..data.len().min(MAX_WRITE)];
-                        let start = self.outgoing.len();
                         let room = data.len() + (data.len() / (16 * 1024) + 2) * RECORD_OVERHEAD;
-                        self.outgoing.resize(start + room, 0);
-                        let written = match traffic.encrypt(data, &mut self.outgoing[start..]) {
-                            Err(EncryptError::InsufficientSize(size)) => {
-                                self.outgoing.resize(start + size.required_size, 0);
-                                traffic.encrypt(data, &mut self.outgoing[start..])
-                            }
-                            other => other,
-                        };
-                        let written = written.map_err(|e| {
-                            self.outgoing.truncate(start);
-                            io::Error::other(e)
-                        })?;
-                        self.outgoing.truncate(start + written);
+                        append(&mut self.outgoing, room, |room| traffic.encrypt(data, room))?;
                         Some(Driven::Wrote(data.len()))
                     }
                     _ if self.closing && !self.close_queued => {
-                        let start = self.outgoing.len();
-                        self.outgoing.resize(start + RECORD_OVERHEAD, 0);
-                        let written = match traffic.queue_close_notify(&mut self.outgoing[start..])
-                        {
-                            Err(EncryptError::InsufficientSize(size)) => {
-                                self.outgoing.resize(start + size.required_size, 0);
-                                traffic.queue_close_notify(&mut self.outgoing[start..])
-                            }
-                            other => other,
-                        }
-                        .map_err(io::Error::other)?;
-                        self.outgoing.truncate(start + written);
+                        append(&mut self.outgoing, RECORD_OVERHEAD, |room| {
+                            traffic.queue_close_notify(room)
+                        })?;
                         self.close_queued = true;
                         None
                     }
@@ -424,6 +393,61 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
         }
         ready!(this.poll_send(cx))?;
         Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+/// Appends to `outgoing` what `encode` writes into the room after it:
+/// `room` bytes first and, where the connection asks for more, as much as it
+/// asks. Nothing is appended when it fails.
+fn append<E: NeedsRoom>(
+    outgoing: &mut Vec<u8>,
+    room: usize,
+    mut encode: impl FnMut(&mut [u8]) -> Result<usize, E>,
+) -> io::Result<()> {
+    let start = outgoing.len();
+    outgoing.resize(start + room, 0);
+    let result = match encode(&mut outgoing[start..]) {
+        Err(error) => match error.required_size() {
+            Some(required) => {
+                outgoing.resize(start + required, 0);
+                encode(&mut outgoing[start..])
+            }
+            None => Err(error),
+        },
+        written => written,
+    };
+    match result {
+        Ok(written) => {
+            outgoing.truncate(start + written);
+            Ok(())
+        }
+        Err(error) => {
+            outgoing.truncate(start);
+            Err(io::Error::other(error))
+        }
+    }
+}
+
+/// The errors of rustls's encoders that say how much room they need.
+trait NeedsRoom: std::error::Error + Send + Sync + 'static {
+    fn required_size(&self) -> Option<usize>;
+}
+
+impl NeedsRoom for EncodeError {
+    fn required_size(&self) -> Option<usize> {
+        match self {
+            EncodeError::InsufficientSize(size) => Some(size.required_size),
+            _ => None,
+        }
+    }
+}
+
+impl NeedsRoom for EncryptError {
+    fn required_size(&self) -> Option<usize> {
+        match self {
+            EncryptError::InsufficientSize(size) => Some(size.required_size),
+            _ => None,
+        }
     }
 }
 
