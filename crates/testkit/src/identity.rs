@@ -130,7 +130,16 @@ impl Enrolled {
     pub async fn login(&self, server: &TestServer, device_seed: u8) -> Session {
         let body = self.login_body(server, device_seed);
         let reply = post(server, "/api/v1/auth/login", None, body).await;
-        assert_eq!(reply.status, 200, "{:?}", reply.body);
+        if reply.status != 200 {
+            // Every refusal answers the same body; the audit says which.
+            let denied = audit_of(server, "auth.login", "deny").await;
+            panic!(
+                "login {}: {:?}; audit of the refusal: {:?}",
+                reply.status,
+                reply.body,
+                denied.last().map(|row| &row.details)
+            );
+        }
         Session {
             token: reply.body["access_token"]
                 .as_str()
