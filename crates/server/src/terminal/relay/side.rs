@@ -53,14 +53,20 @@ enum End {
 }
 
 /// Runs a joined side until it ends, then tells the relay.
-pub(crate) async fn run(
+///
+/// A plain function around one `async move` block that uses what it
+/// captured in place, and the loops pinned where they are made, so the
+/// task's future holds each value once: an `async fn` may keep its arguments
+/// beside the locals they are moved into, and `tokio::pin!` a future beside
+/// its pinned copy; every idle side's task is sized by this (issue 20, D-722).
+pub(crate) fn run(
     state: AppState,
     session_id: Uuid,
     side: Side,
     websocket: WireSocket<Io>,
     joined: Joined,
     mut guard: ShutdownGuard,
-) {
+) -> impl Future<Output = ()> + Send {
     let Joined {
         conn_id,
         mut commands,
@@ -70,136 +76,144 @@ pub(crate) async fn run(
         stats,
     } = joined;
     let (mut writer, mut reader) = websocket.split();
-    let gateway = &state.config().gateway;
-    let write_timeout = gateway.write_timeout;
-    let alive = Liveness::new();
-    // The keepalive asks the writer for a ping (a kept permit: at most one
-    // waits).
-    let pings = Notify::new();
-    // The reader hands the writer the payload of the last ping that came,
-    // for its pong.
-    let pongs = Pongs::default();
-    // Told when everything the counterpart sent was written here and the
-    // counterpart is gone (or never came): the device's close at the end of
-    // a session waits for it.
-    let drained = Notify::new();
-    // The message the reader took from the socket and waits to forward (for
-    // room in the pipe) when the loop ends: the end of a session still
-    // forwards it (its order comes before anything read afterwards).
-    let mut carried: Option<axum::body::Bytes> = None;
-    let end = {
-        let reader = read_loop(
-            &state,
-            session_id,
-            side,
-            &mut reader,
-            &outgoing,
-            &linked,
-            &stats,
-            &alive,
-            &pongs,
-            &mut carried,
-        );
-        let writer = write_loop(&mut writer, paired, &pings, &pongs, &drained);
-        let keepalive = keepalive(&alive, &pings, gateway.ping_interval, gateway.ping_timeout);
-        tokio::pin!(reader);
-        tokio::pin!(writer);
-        tokio::pin!(keepalive);
-        let end = tokio::select! {
-            biased;
-            () = guard.triggered() => End::Close(
-                CloseCode::ServerShutdown.as_u16(),
-                CloseCode::ServerShutdown.name().to_owned(),
-            ),
-            command = commands.recv() => match command {
-                Some(Command::Close(code, reason)) => End::Close(code, reason),
-                Some(Command::End(code, reason)) => End::Finish(code, reason),
-                None => End::Gone,
-            },
-            end = &mut reader => end,
-            () = &mut writer => End::Gone,
-            () = &mut keepalive => {
-                // No frame, not even a pong, since a ping: the peer is gone
-                // without a reset (a device whose network vanished); the
-                // relay treats it as a lost connection (6.2: detached).
-                tracing::info!(side = side.as_str(), "a relay side answered no ping in time");
-                End::Gone
+    async move {
+        let gateway = &state.config().gateway;
+        let write_timeout = gateway.write_timeout;
+        let alive = Liveness::new();
+        // The keepalive asks the writer for a ping (a kept permit: at most one
+        // waits).
+        let pings = Notify::new();
+        // The reader hands the writer the payload of the last ping that came,
+        // for its pong.
+        let pongs = Pongs::default();
+        // Told when everything the counterpart sent was written here and the
+        // counterpart is gone (or never came): the device's close at the end of
+        // a session waits for it.
+        let drained = Notify::new();
+        // The message the reader took from the socket and waits to forward (for
+        // room in the pipe) when the loop ends: the end of a session still
+        // forwards it (its order comes before anything read afterwards).
+        let mut carried: Option<axum::body::Bytes> = None;
+        let end = {
+            // Made where they stay pinned, so each exists once in the task.
+            let mut reader = std::pin::pin!(read_loop(
+                &state,
+                session_id,
+                side,
+                &mut reader,
+                &outgoing,
+                &linked,
+                &stats,
+                &alive,
+                &pongs,
+                &mut carried,
+            ));
+            let mut writer =
+                std::pin::pin!(write_loop(&mut writer, paired, &pings, &pongs, &drained));
+            let mut keepalive = std::pin::pin!(keepalive(
+                &alive,
+                &pings,
+                gateway.ping_interval,
+                gateway.ping_timeout
+            ));
+            let end = tokio::select! {
+                biased;
+                () = guard.triggered() => End::Close(
+                    CloseCode::ServerShutdown.as_u16(),
+                    CloseCode::ServerShutdown.name().to_owned(),
+                ),
+                command = commands.recv() => match command {
+                    Some(Command::Close(code, reason)) => End::Close(code, reason),
+                    Some(Command::End(code, reason)) => End::Finish(code, reason),
+                    None => End::Gone,
+                },
+                end = &mut reader => end,
+                () = &mut writer => End::Gone,
+                () = &mut keepalive => {
+                    // No frame, not even a pong, since a ping: the peer is gone
+                    // without a reset (a device whose network vanished); the
+                    // relay treats it as a lost connection (6.2: detached).
+                    tracing::info!(side = side.as_str(), "a relay side answered no ping in time");
+                    End::Gone
+                }
+            };
+            match end {
+                // The device's side at the end of the session: the writer goes on
+                // until everything the host's side forwarded was written here and
+                // the host's side is gone (or never came), bounded.
+                End::Finish(code, reason) if side == Side::Device => {
+                    // The goodbyes below wait on the heap: an idle side's task
+                    // keeps only what its loop needs (D-706).
+                    Box::pin(async {
+                        tokio::select! {
+                            () = drained.notified() => {}
+                            () = &mut writer => {}
+                            () = tokio::time::sleep(CLOSE_ANSWER_WAIT) => {}
+                            () = guard.triggered() => {}
+                        }
+                    })
+                    .await;
+                    End::Close(code, reason)
+                }
+                other => other,
             }
         };
-        match end {
-            // The device's side at the end of the session: the writer goes on
-            // until everything the host's side forwarded was written here and
-            // the host's side is gone (or never came), bounded.
-            End::Finish(code, reason) if side == Side::Device => {
-                // The goodbyes below wait on the heap: an idle side's task
-                // keeps only what its loop needs (D-706).
+        let end = match end {
+            // The host's side: close, forwarding what the host sent before its
+            // answer (its close frame follows its last data on the connection).
+            End::Finish(code, reason) => {
+                let frame = Message::Close(Some((code, reason)));
                 Box::pin(async {
-                    tokio::select! {
-                        () = drained.notified() => {}
-                        () = &mut writer => {}
-                        () = tokio::time::sleep(CLOSE_ANSWER_WAIT) => {}
-                        () = guard.triggered() => {}
+                    if let Ok(Ok(())) =
+                        tokio::time::timeout(write_timeout, writer.send(frame)).await
+                    {
+                        forward_until_close(&state, side, &mut reader, &outgoing, &stats, carried)
+                            .await;
+                        let _ = tokio::time::timeout(write_timeout, writer.shutdown()).await;
                     }
                 })
                 .await;
-                End::Close(code, reason)
+                drop(outgoing);
+                state
+                    .relay()
+                    .leave(&state, session_id, side, conn_id, Leave::Gone);
+                drop(guard);
+                return;
             }
             other => other,
+        };
+        drop(outgoing);
+        let leave = match &end {
+            End::ClosedByPeer(Some((code, reason)))
+                if side == Side::Host
+                    && (*code == CloseCode::TerminalTokenStale.as_u16()
+                        || *code == CloseCode::TerminalHandshakeFailed.as_u16()) =>
+            {
+                Leave::HandOver(*code, reason.clone())
+            }
+            _ => Leave::Gone,
+        };
+        state
+            .relay()
+            .leave(&state, session_id, side, conn_id, leave);
+        match end {
+            End::Close(code, reason) | End::Finish(code, reason) => {
+                Box::pin(wire::close(
+                    &mut writer,
+                    &mut reader,
+                    code,
+                    reason,
+                    write_timeout,
+                ))
+                .await;
+            }
+            End::ClosedByPeer(frame) => {
+                Box::pin(answer_close(&mut writer, frame, write_timeout)).await;
+            }
+            End::Gone => {}
         }
-    };
-    let end = match end {
-        // The host's side: close, forwarding what the host sent before its
-        // answer (its close frame follows its last data on the connection).
-        End::Finish(code, reason) => {
-            let frame = Message::Close(Some((code, reason)));
-            Box::pin(async {
-                if let Ok(Ok(())) = tokio::time::timeout(write_timeout, writer.send(frame)).await {
-                    forward_until_close(&state, side, &mut reader, &outgoing, &stats, carried)
-                        .await;
-                    let _ = tokio::time::timeout(write_timeout, writer.shutdown()).await;
-                }
-            })
-            .await;
-            drop(outgoing);
-            state
-                .relay()
-                .leave(&state, session_id, side, conn_id, Leave::Gone);
-            drop(guard);
-            return;
-        }
-        other => other,
-    };
-    drop(outgoing);
-    let leave = match &end {
-        End::ClosedByPeer(Some((code, reason)))
-            if side == Side::Host
-                && (*code == CloseCode::TerminalTokenStale.as_u16()
-                    || *code == CloseCode::TerminalHandshakeFailed.as_u16()) =>
-        {
-            Leave::HandOver(*code, reason.clone())
-        }
-        _ => Leave::Gone,
-    };
-    state
-        .relay()
-        .leave(&state, session_id, side, conn_id, leave);
-    match end {
-        End::Close(code, reason) | End::Finish(code, reason) => {
-            Box::pin(wire::close(
-                &mut writer,
-                &mut reader,
-                code,
-                reason,
-                write_timeout,
-            ))
-            .await;
-        }
-        End::ClosedByPeer(frame) => {
-            Box::pin(answer_close(&mut writer, frame, write_timeout)).await;
-        }
-        End::Gone => {}
+        drop(guard);
     }
-    drop(guard);
 }
 
 /// The host's side after its close frame at the end of a session: every
