@@ -131,13 +131,16 @@ impl Enrolled {
         let body = self.login_body(server, device_seed);
         let reply = post(server, "/api/v1/auth/login", None, body).await;
         if reply.status != 200 {
-            // Every refusal answers the same body; the audit says which.
+            // Every refusal answers the same body; the audit says which, and
+            // whether a login of this request's got through before it.
             let denied = audit_of(server, "auth.login", "deny").await;
+            let allowed = audit_of(server, "auth.login", "allow").await;
             panic!(
-                "login {}: {:?}; audit of the refusal: {:?}",
+                "login {}: {:?}; audit of the refusal: {:?}; logins allowed before: {}",
                 reply.status,
                 reply.body,
-                denied.last().map(|row| &row.details)
+                denied.last().map(|row| &row.details),
+                allowed.len()
             );
         }
         Session {
