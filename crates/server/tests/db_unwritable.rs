@@ -60,18 +60,24 @@ impl Fault {
         match server.db().engine {
             Engine::Sqlite => {
                 let file = url.trim_start_matches("sqlite://").to_owned();
-                // The pool opens its next connections while the file is immutable.
-                let pool = server.state.db().pool();
-                while pool.num_idle() > 0 {
-                    pool.acquire().await.unwrap().close().await.unwrap();
-                }
                 let mut files = vec![file.clone()];
                 let wal = format!("{file}-wal");
                 if std::path::Path::new(&wal).exists() {
                     files.push(wal);
                 }
+                // Immutable first: every connection opened from now on opens
+                // the file read-only.
                 for file in &files {
                     chattr("+i", file);
+                }
+                // Then none opened before is used again: a connection busy
+                // now (one a request is still giving back) is closed at its
+                // release or next acquire, an idle one here (it could write
+                // through the file it holds open).
+                server.state.db().retire_connections();
+                let pool = server.state.db().pool();
+                while pool.num_idle() > 0 {
+                    pool.acquire().await.unwrap().close().await.unwrap();
                 }
                 Fault::Sqlite(files)
             }

@@ -685,6 +685,15 @@ impl Db {
         Ok(UnitOfWork::new(self.clone(), tx, now_ms, gate))
     }
 
+    /// Retires every connection open now: each is closed at its next
+    /// release or acquire instead of being used again (module docs). The
+    /// units of work do this themselves when the database cannot write; a
+    /// test that takes the database's writes away calls it so that no
+    /// connection opened before keeps writing.
+    pub fn retire_connections(&self) {
+        self.inner.retirement.retire_now();
+    }
+
     async fn begin_transaction(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {
         let mut tx = match self.engine().begin_statement() {
             Some(statement) => self.inner.pool.begin_with(statement).await?,
