@@ -6,7 +6,7 @@
 //!   the real server's relay (TLS on 127.0.0.1, SQLite), side by side with the
 //!   same client pair over a direct TLS WebSocket connection, and the ratio;
 //! - per-message forwarding latency p50 and p99 (one message in flight), relay
-//!   and direct, and the ratios;
+//!   and direct, their samples taken in turn, and the ratios;
 //! - the resident memory the server process gains per idle paired session:
 //!   10,000 sessions paired on both sides by a child process (so the clients'
 //!   own memory is not counted; it raises its open-files limit, as this
@@ -120,11 +120,11 @@ async fn run() -> anyhow::Result<()> {
     let mut device = clients.device(id).await?;
     server.wait_paired(&ids).await?;
     let relay_throughput = throughput(&mut host, &mut device).await?;
-    let relay_latency = latency(&mut host, &mut device).await?;
 
     let (mut sender, mut receiver) = direct_pair().await?;
     let direct_throughput = throughput(&mut sender, &mut receiver).await?;
-    let direct_latency = latency(&mut sender, &mut receiver).await?;
+    let (relay_latency, direct_latency) =
+        latency_side_by_side((&mut host, &mut device), (&mut sender, &mut receiver)).await?;
 
     let mib = |bytes_per_s: f64| bytes_per_s / (1024.0 * 1024.0);
     let us = |d: Duration| d.as_secs_f64() * 1e6;
@@ -234,17 +234,61 @@ where
     Ok(bytes as f64 / elapsed.as_secs_f64())
 }
 
-/// p50 and p99 of the time from sending one message to receiving it, one
-/// message in flight.
-async fn latency<A, B>(sender: &mut A, receiver: &mut B) -> anyhow::Result<(Duration, Duration)>
+/// p50 and p99 of the time from sending one 64 KiB message to receiving
+/// it, one message in flight, through the relay and directly; the samples
+/// are taken in turn (one through the relay, one direct, and so on), so a
+/// change of this machine's speed during the run moves both paths alike and
+/// the ratio compares them under the same conditions (D-723).
+async fn latency_side_by_side<A, B, C, D>(
+    relay: (&mut A, &mut B),
+    direct: (&mut C, &mut D),
+) -> anyhow::Result<((Duration, Duration), (Duration, Duration))>
+where
+    A: Sink<Message, Error = WsError> + Unpin,
+    B: Stream<Item = Result<Message, WsError>> + Unpin,
+    C: Sink<Message, Error = WsError> + Unpin,
+    D: Stream<Item = Result<Message, WsError>> + Unpin,
+{
+    let (relay_sender, relay_receiver) = relay;
+    let (direct_sender, direct_receiver) = direct;
+    let mut relay_samples = Vec::with_capacity(LATENCY_SAMPLES);
+    let mut direct_samples = Vec::with_capacity(LATENCY_SAMPLES);
+    for n in 0..(WARM_UP + LATENCY_SAMPLES) {
+        let through_relay = one_message(relay_sender, relay_receiver, MESSAGE, n).await?;
+        let direct = one_message(direct_sender, direct_receiver, MESSAGE, n).await?;
+        if n >= WARM_UP {
+            relay_samples.push(through_relay);
+            direct_samples.push(direct);
+        }
+    }
+    Ok((p50_p99(relay_samples), p50_p99(direct_samples)))
+}
+
+/// The p50 and p99 of `samples`.
+fn p50_p99(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    samples.sort();
+    (quantile(&samples, 0.50), quantile(&samples, 0.99))
+}
+
+/// The time from sending message `n` of `len` bytes to receiving it.
+async fn one_message<A, B>(
+    sender: &mut A,
+    receiver: &mut B,
+    len: usize,
+    n: usize,
+) -> anyhow::Result<Duration>
 where
     A: Sink<Message, Error = WsError> + Unpin,
     B: Stream<Item = Result<Message, WsError>> + Unpin,
 {
-    latency_of(sender, receiver, MESSAGE).await
+    let started = Instant::now();
+    sender.send(message_of(len, n as u64)).await?;
+    next_binary(receiver).await?;
+    Ok(started.elapsed())
 }
 
-/// [`latency`] with messages of `len` bytes.
+/// p50 and p99 of the time from sending one message of `len` bytes to
+/// receiving it, one message in flight.
 async fn latency_of<A, B>(
     sender: &mut A,
     receiver: &mut B,
@@ -256,15 +300,12 @@ where
 {
     let mut samples = Vec::with_capacity(LATENCY_SAMPLES);
     for n in 0..(WARM_UP + LATENCY_SAMPLES) {
-        let started = Instant::now();
-        sender.send(message_of(len, n as u64)).await?;
-        next_binary(receiver).await?;
+        let sample = one_message(sender, receiver, len, n).await?;
         if n >= WARM_UP {
-            samples.push(started.elapsed());
+            samples.push(sample);
         }
     }
-    samples.sort();
-    Ok((quantile(&samples, 0.50), quantile(&samples, 0.99)))
+    Ok(p50_p99(samples))
 }
 
 /// Raises the open-files limit of process `pid` (with `prlimit`, which
