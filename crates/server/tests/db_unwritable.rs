@@ -70,15 +70,11 @@ impl Fault {
                 for file in &files {
                     chattr("+i", file);
                 }
-                // Then none opened before is used again: a connection busy
-                // now (one a request is still giving back) is closed at its
-                // release or next acquire, an idle one here (it could write
-                // through the file it holds open).
+                // Then none opened before is used again (each could write
+                // through the file it holds open): the pool closes every one,
+                // idle or still being given back by a request, at its next
+                // acquire or release.
                 server.state.db().retire_connections();
-                let pool = server.state.db().pool();
-                while pool.num_idle() > 0 {
-                    pool.acquire().await.unwrap().close().await.unwrap();
-                }
                 Fault::Sqlite(files)
             }
             Engine::Postgres => {

@@ -673,10 +673,10 @@ impl Db {
                     error = %cause(&error),
                     "a unit of work cannot begin; retrying once on a fresh connection"
                 );
-                self.inner.retirement.retire_now();
+                self.retire_connections();
                 let retried = self.begin_transaction().await;
                 if matches!(retried, Err(DbError::Unavailable(_))) {
-                    self.inner.retirement.retire_now();
+                    self.retire_connections();
                 }
                 retried?
             }
@@ -686,10 +686,10 @@ impl Db {
     }
 
     /// Retires every connection open now: each is closed at its next
-    /// release or acquire instead of being used again (module docs). The
-    /// units of work do this themselves when the database cannot write; a
-    /// test that takes the database's writes away calls it so that no
-    /// connection opened before keeps writing.
+    /// release or acquire instead of being used again (module docs). A unit
+    /// of work that cannot begin does this; so does a test that takes the
+    /// database's writes away, so that no connection opened before keeps
+    /// writing.
     pub fn retire_connections(&self) {
         self.inner.retirement.retire_now();
     }
