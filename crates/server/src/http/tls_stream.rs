@@ -39,8 +39,10 @@ const READ_CHUNK: usize = 5 + 16 * 1024 + 2048;
 /// anything else is one record.
 const MAX_INCOMING: usize = 0xffff + READ_CHUNK;
 /// The most data encrypted per write: a caller's larger write is taken in
-/// parts, so the records on their way stay bounded.
-const MAX_WRITE: usize = 64 * 1024;
+/// parts, so the records on their way stay bounded. One WebSocket frame of
+/// the largest relay message (65,535 bytes, D-718) with its header (at most
+/// 14 bytes) fits in one.
+const MAX_WRITE: usize = 0xffff + 14;
 /// Room for the records' headers and tags beyond the data, per record of at
 /// most 16 KiB, and for a key update that goes first.
 const RECORD_OVERHEAD: usize = 64;
