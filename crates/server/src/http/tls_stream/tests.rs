@@ -147,6 +147,27 @@ async fn data_goes_both_ways_at_once_and_an_idle_connection_keeps_no_buffer() {
     assert_eq!(&got[4..], &payload[..]);
 }
 
+/// A frame of the largest relay message (65,535 bytes and its 4-byte header)
+/// is taken by one write (D-725).
+#[tokio::test]
+async fn the_largest_relay_frame_goes_out_in_one_write() {
+    let (server_config, client_config, _dir) = configs();
+    let (mut server, mut client) = pair(&server_config, &client_config).await;
+    let header = [0x82u8, 0x7e, 0xff, 0xff];
+    let payload = pattern(0xffff, 5);
+    let slices = [IoSlice::new(&header), IoSlice::new(&payload)];
+    let written = server
+        .write_vectored(&slices)
+        .await
+        .expect("vectored write");
+    assert_eq!(written, header.len() + payload.len());
+    server.flush().await.expect("flush");
+    let mut got = vec![0u8; written];
+    client.read_exact(&mut got).await.expect("client reads");
+    assert_eq!(&got[..4], &header);
+    assert!(got[4..] == payload[..], "the payload arrived as written");
+}
+
 #[tokio::test]
 async fn close_notify_ends_reads_cleanly_either_way() {
     let (server_config, client_config, _dir) = configs();
