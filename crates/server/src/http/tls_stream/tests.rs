@@ -132,29 +132,19 @@ async fn data_goes_both_ways_at_once_and_an_idle_connection_keeps_no_buffer() {
     );
 
     // Several buffers in one write (a frame's header and its payload).
-    let header = [0x82u8, 0x7e, 0x01, 0x00];
-    let payload = pattern(256, 3);
-    let slices = [IoSlice::new(&header), IoSlice::new(&payload)];
-    let written = server
-        .write_vectored(&slices)
-        .await
-        .expect("vectored write");
-    assert_eq!(written, header.len() + payload.len());
-    server.flush().await.expect("flush");
-    let mut got = vec![0u8; written];
-    client.read_exact(&mut got).await.expect("client reads");
-    assert_eq!(&got[..4], &header);
-    assert_eq!(&got[4..], &payload[..]);
+    frame_in_one_write(&mut server, &mut client, [0x82, 0x7e, 0x01, 0x00], 256).await;
 }
 
-/// A frame of the largest relay message (65,535 bytes and its 4-byte header)
-/// is taken by one write (D-725).
-#[tokio::test]
-async fn the_largest_relay_frame_goes_out_in_one_write() {
-    let (server_config, client_config, _dir) = configs();
-    let (mut server, mut client) = pair(&server_config, &client_config).await;
-    let header = [0x82u8, 0x7e, 0xff, 0xff];
-    let payload = pattern(0xffff, 5);
+/// Writes a frame's `header` and a payload of `len` bytes as one vectored
+/// write of the server, which must take them whole, and reads them at the
+/// client as written.
+async fn frame_in_one_write(
+    server: &mut TlsStream<DuplexStream>,
+    client: &mut ClientStream<DuplexStream>,
+    header: [u8; 4],
+    len: usize,
+) {
+    let payload = pattern(len, 3);
     let slices = [IoSlice::new(&header), IoSlice::new(&payload)];
     let written = server
         .write_vectored(&slices)
@@ -166,6 +156,15 @@ async fn the_largest_relay_frame_goes_out_in_one_write() {
     client.read_exact(&mut got).await.expect("client reads");
     assert_eq!(&got[..4], &header);
     assert!(got[4..] == payload[..], "the payload arrived as written");
+}
+
+/// A frame of the largest relay message (65,535 bytes and its 4-byte header)
+/// is taken by one write (D-725).
+#[tokio::test]
+async fn the_largest_relay_frame_goes_out_in_one_write() {
+    let (server_config, client_config, _dir) = configs();
+    let (mut server, mut client) = pair(&server_config, &client_config).await;
+    frame_in_one_write(&mut server, &mut client, [0x82, 0x7e, 0xff, 0xff], 0xffff).await;
 }
 
 #[tokio::test]
