@@ -28,6 +28,13 @@
 // "PROFILE tab|memory: <ms> <share> <function> <file>:<line>:<column>"; the figures of
 // such a run carry the sampler's cost.
 //
+// With BOTHY_CONSOLE_CPU set, every thread of the machine is accounted over
+// the five tab bursts and the five writes from memory: the CPU it ran and
+// the time it waited runnable for a core, to stderr as
+// "CPU tab|memory: <ms> run <ms> waited <process>[<chromium kind>] <thread>"
+// (the page's thread is "chromium[renderer] chromium", the stream worker
+// "chromium[renderer] DedicatedWorker"; D-726).
+//
 // The tab is not instrumented (docs/decisions.md D-701): Playwright only
 // launches the browser. The page lives in a browser context that Playwright
 // does not know, so it never enables DevTools' Network domain there (which
@@ -37,7 +44,7 @@
 // mouse clicks at an element's centre and key events, as Playwright would.
 import { chromium } from "playwright-core";
 import { execFileSync } from "node:child_process";
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { randomBytes } from "node:crypto";
 import { createInterface } from "node:readline";
 import { createRequire } from "node:module";
@@ -119,6 +126,58 @@ async function profileStop(page, label) {
   const top = [...self.entries()].sort((a, b) => b[1] - a[1]).slice(0, 25);
   process.stderr.write(`PROFILE ${label}: ${(total / 1000).toFixed(1)} ms sampled\n`);
   for (const [key, us] of top) process.stderr.write(`PROFILE ${label}: ${(us / 1000).toFixed(1).padStart(8)} ms ${((100 * us) / total).toFixed(1).padStart(5)}% ${key}\n`);
+}
+
+// BOTHY_CONSOLE_CPU (the header): per thread of the machine, from
+// /proc/<pid>/task/<tid>/schedstat in nanoseconds, what it ran and how long
+// it waited runnable for a core, summed per process kind and thread name;
+// a process that ended (a `cat`) counts in its parent's waited-for children.
+const cpuAccounting = process.env.BOTHY_CONSOLE_CPU !== undefined;
+const cpuTotals = { tab: new Map(), memory: new Map() };
+function threadTimes() {
+  const out = new Map();
+  for (const pid of readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) continue;
+    let kind;
+    try {
+      // Chromium rewrites its command line as one string: its kind is a word of it.
+      const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+      const type = cmdline.match(/--type=([a-z-]+)/)?.[1];
+      const subtype = cmdline.match(/--utility-sub-type=([A-Za-z.]+)/)?.[1];
+      kind = readFileSync(`/proc/${pid}/comm`, "utf8").trim() + (type ? `[${subtype ?? type}]` : "");
+      // Children that ended and were waited for (a `cat`): clock ticks of 10 ms.
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      out.set(`${pid}/children`, { key: `${kind} (ended children)`, run: (Number(fields[13]) + Number(fields[14])) * 1e7, wait: 0 });
+      for (const tid of readdirSync(`/proc/${pid}/task`)) {
+        const name = readFileSync(`/proc/${pid}/task/${tid}/comm`, "utf8").trim().replace(/\d+$/, "#");
+        const [run, wait] = readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ").map(Number);
+        out.set(`${pid}/${tid}`, { key: `${kind} ${name}`, run, wait });
+      }
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return out;
+}
+function cpuSince(before, label) {
+  const after = threadTimes();
+  const totals = cpuTotals[label];
+  for (const [id, now] of after) {
+    const then = before.get(id) ?? { run: 0, wait: 0 };
+    const t = totals.get(now.key) ?? { run: 0, wait: 0 };
+    t.run += now.run - then.run;
+    t.wait += now.wait - then.wait;
+    totals.set(now.key, t);
+  }
+}
+function cpuReport() {
+  for (const label of ["tab", "memory"]) {
+    const rows = [...cpuTotals[label].entries()].filter(([, t]) => t.run > 5e6).sort((a, b) => b[1].run - a[1].run);
+    const sum = rows.reduce((s, [, t]) => s + t.run, 0);
+    process.stderr.write(`CPU ${label}: ${(sum / 1e6).toFixed(0)} ms run in all, over ${BURST_RUNS} runs\n`);
+    for (const [key, t] of rows) process.stderr.write(`CPU ${label}: ${(t.run / 1e6).toFixed(0).padStart(6)} ms run ${(t.wait / 1e6).toFixed(0).padStart(6)} ms waited  ${key}\n`);
+  }
 }
 
 /**
@@ -449,8 +508,10 @@ try {
       });
     }, { end: `BURST-E${run + 1}ND` });
     if (profiling && run === 0) await profileStart(page);
+    const tabCpu = cpuAccounting ? threadTimes() : null;
     await page.keyboard.press("Enter");
     const result = await page.evaluate(() => window.__burst);
+    if (tabCpu) cpuSince(tabCpu, "tab");
     if (profiling && run === 0) await profileStop(page, "tab");
     tab.push(receivedMiB / ((result.end - result.start) / 1000));
     tabFrames.push(result.frames / ((result.end - result.start) / 1000));
@@ -461,6 +522,7 @@ try {
       window.__burstInput = input;
     }, { data: received, cols, rows, renderer });
     if (profiling && run === 0) await profileStart(page);
+    const memoryCpu = cpuAccounting ? threadTimes() : null;
     const { took, frames } = await page.evaluate(
       () =>
         new Promise((resolve) => {
@@ -500,10 +562,12 @@ try {
           next();
         }),
     );
+    if (memoryCpu) cpuSince(memoryCpu, "memory");
     if (profiling && run === 0) await profileStop(page, "memory");
     memory.push(receivedMiB / (took / 1000));
     memoryFrames.push(frames / (took / 1000));
   }
+  if (cpuAccounting) cpuReport();
   figure("console_burst_bytes", received.length, "bytes");
   figure("console_burst_tab_mib_s", median(tab).toFixed(1), "MiB/s");
   figure("console_burst_xterm_memory_mib_s", median(memory).toFixed(1), "MiB/s");
