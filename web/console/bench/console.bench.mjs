@@ -138,13 +138,12 @@ function threadTimes() {
   const out = new Map();
   for (const pid of readdirSync("/proc")) {
     if (!/^\d+$/.test(pid)) continue;
-    let kind;
     try {
       // Chromium rewrites its command line as one string: its kind is a word of it.
       const cmdline = readFileSync(`/proc/${pid}/cmdline`, "utf8");
       const type = cmdline.match(/--type=([a-z-]+)/)?.[1];
       const subtype = cmdline.match(/--utility-sub-type=([A-Za-z.]+)/)?.[1];
-      kind = readFileSync(`/proc/${pid}/comm`, "utf8").trim() + (type ? `[${subtype ?? type}]` : "");
+      const kind = readFileSync(`/proc/${pid}/comm`, "utf8").trim() + (type ? `[${subtype ?? type}]` : "");
       // Children that ended and were waited for (a `cat`): clock ticks of 10 ms.
       const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
       const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
