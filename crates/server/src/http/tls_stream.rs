@@ -30,19 +30,24 @@ use rustls::unbuffered::{ConnectionState, EncodeError, EncryptError, UnbufferedS
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::io::poll_read_buf;
 
-/// The most bytes read from the socket at once: one whole record of the
-/// largest size a peer may send (16 KiB of data, its header and the most
-/// protection overhead TLS allows).
-const READ_CHUNK: usize = 5 + 16 * 1024 + 2048;
-/// The most unprocessed bytes kept from the peer: a handshake message may
-/// span records up to 64 KiB (rustls's own bound for its buffered API),
-/// anything else is one record.
-const MAX_INCOMING: usize = 0xffff + READ_CHUNK;
 /// The most data encrypted per write: a caller's larger write is taken in
 /// parts, so the records on their way stay bounded. One WebSocket frame of
 /// the largest relay message (65,535 bytes, D-718) with its header (at most
 /// 14 bytes) fits in one.
 const MAX_WRITE: usize = 0xffff + 14;
+/// The most data one record carries (TLS's limit; rustls cuts what it
+/// encrypts into records of this size).
+const RECORD_DATA: usize = 16 * 1024;
+/// The most bytes read from the socket at once: the records of one write of
+/// [`MAX_WRITE`] from a peer like this one (five records, each with its
+/// header and the most protection overhead TLS 1.3 allows), so a frame of
+/// the largest relay message comes in one read, not one per record
+/// (D-728). It holds one record of the largest size TLS 1.2 allows, too.
+const READ_CHUNK: usize = MAX_WRITE + 5 * (5 + 256);
+/// The most unprocessed bytes kept from the peer: a handshake message may
+/// span records up to 64 KiB (rustls's own bound for its buffered API),
+/// anything else is at most one record and what one read brought.
+const MAX_INCOMING: usize = 0xffff + READ_CHUNK;
 /// Room for the records' headers and tags beyond the data, per record of at
 /// most 16 KiB, and for a key update that goes first.
 const RECORD_OVERHEAD: usize = 64;
@@ -79,6 +84,9 @@ enum Driven {
     Writable,
     /// This many bytes of the caller's data were encrypted.
     Wrote(usize),
+    /// The reader's buffer is full, or decrypted data waits beside it: the
+    /// records after it stay encrypted in `incoming` until the next read.
+    Filled,
     /// Both close_notify alerts went: nothing more moves.
     Closed,
 }
@@ -126,7 +134,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
                         return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
                     }
                 }
-                Driven::Closed | Driven::Wrote(_) => {
+                Driven::Closed | Driven::Wrote(_) | Driven::Filled => {
                     return Poll::Ready(Err(io::ErrorKind::UnexpectedEof.into()));
                 }
             }
@@ -160,7 +168,15 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
                             _ => self.plaintext.extend_from_slice(payload),
                         }
                     }
-                    None
+                    // rustls decrypts one record per call: a reader whose
+                    // buffer is full leaves the next ones encrypted where
+                    // they are, rather than copied twice (D-728).
+                    match read_to.as_deref() {
+                        Some(buf) if buf.remaining() == 0 || self.plaintext.len() > self.taken => {
+                            Some(Driven::Filled)
+                        }
+                        _ => None,
+                    }
                 }
                 ConnectionState::EncodeTlsData(mut encode) => {
                     // Asked with no room, the connection says how much it needs.
@@ -281,6 +297,51 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
         }
         true
     }
+
+    /// Encrypts up to [`MAX_WRITE`] bytes of `bufs`, in order, into the
+    /// records on their way; how many it took. Bytes that share a record
+    /// with another buffer's are gathered in one buffer first; the whole
+    /// records of a large buffer's middle are encrypted from it, so the
+    /// records are those of all the bytes written at once.
+    fn encrypt_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        let total = bufs.iter().map(|b| b.len()).sum::<usize>().min(MAX_WRITE);
+        let mut gathered: Vec<u8> = Vec::with_capacity(total.min(RECORD_DATA));
+        let mut taken = 0;
+        for slice in bufs {
+            let slice = &slice[..slice.len().min(total - taken)];
+            taken += slice.len();
+            // What completes the record the gathered bytes began.
+            let fill = match gathered.len() % RECORD_DATA {
+                0 => 0,
+                used => (RECORD_DATA - used).min(slice.len()),
+            };
+            let whole = (slice.len() - fill) / RECORD_DATA * RECORD_DATA;
+            if whole == 0 {
+                gathered.extend_from_slice(slice);
+                continue;
+            }
+            gathered.extend_from_slice(&slice[..fill]);
+            self.encrypt_all(&gathered)?;
+            gathered.clear();
+            self.encrypt_all(&slice[fill..fill + whole])?;
+            gathered.extend_from_slice(&slice[fill + whole..]);
+        }
+        self.encrypt_all(&gathered)?;
+        Ok(taken)
+    }
+
+    /// Encrypts all of `data` (at most [`MAX_WRITE`]) into the records on
+    /// their way.
+    fn encrypt_all(&mut self, data: &[u8]) -> io::Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        match self.drive(None, Some(data))? {
+            Driven::Wrote(taken) if taken == data.len() => Ok(()),
+            Driven::Closed => Err(io::ErrorKind::BrokenPipe.into()),
+            _ => Err(io::Error::other("the TLS connection cannot send")),
+        }
+    }
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
@@ -341,7 +402,7 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
                 Poll::Ready(Ok(taken))
             }
             Driven::Closed => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-            Driven::Blocked | Driven::Writable => {
+            Driven::Blocked | Driven::Writable | Driven::Filled => {
                 Poll::Ready(Err(io::Error::other("the TLS connection cannot send")))
             }
         }
@@ -349,7 +410,10 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
 
     /// Several buffers go out as one write (a WebSocket frame's header with
     /// its payload in one record, not a record of its own): up to
-    /// [`MAX_WRITE`] of them, copied together first.
+    /// [`MAX_WRITE`] of them, in the records one write of them all joined
+    /// would make. Only what fills a record beside another buffer's bytes
+    /// is copied together first; the whole records inside a large buffer
+    /// are encrypted from it (D-728).
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -360,16 +424,14 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
             (None, _) => self.poll_write(cx, &[]),
             (Some(only), None) => self.poll_write(cx, only),
             _ => {
-                let total = bufs.iter().map(|b| b.len()).sum::<usize>().min(MAX_WRITE);
-                let mut joined = Vec::with_capacity(total);
-                for slice in bufs {
-                    let room = total - joined.len();
-                    if room == 0 {
-                        break;
-                    }
-                    joined.extend_from_slice(&slice[..slice.len().min(room)]);
+                let this = self.get_mut();
+                // Records written earlier go first, as in `poll_write`.
+                ready!(this.poll_send(cx))?;
+                let taken = this.encrypt_vectored(bufs)?;
+                if let Poll::Ready(Err(error)) = this.poll_send(cx) {
+                    return Poll::Ready(Err(error));
                 }
-                self.poll_write(cx, &joined)
+                Poll::Ready(Ok(taken))
             }
         }
     }

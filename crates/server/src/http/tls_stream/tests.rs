@@ -167,6 +167,130 @@ async fn the_largest_relay_frame_goes_out_in_one_write() {
     frame_in_one_write(&mut server, &mut client, [0x82, 0x7e, 0xff, 0xff], 0xffff).await;
 }
 
+/// Writes all of `slices` through the server's vectored writes (each takes
+/// at most [`MAX_WRITE`]), flushing once.
+async fn write_all_vectored(server: &mut TlsStream<DuplexStream>, slices: &[&[u8]]) {
+    let mut slices: Vec<IoSlice<'_>> = slices.iter().map(|s| IoSlice::new(s)).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = server.write_vectored(rest).await.expect("vectored write");
+        assert!(n > 0 && n <= MAX_WRITE, "a write takes at most MAX_WRITE");
+        IoSlice::advance_slices(&mut rest, n);
+    }
+    server.flush().await.expect("flush");
+}
+
+/// The data lengths of the records the client's socket holds, read raw
+/// (the client's TLS does not see them), until `total` bytes of data.
+async fn record_lengths(client: &mut ClientStream<DuplexStream>, total: usize) -> Vec<usize> {
+    let raw = &mut client.get_mut().0;
+    let mut lengths = Vec::new();
+    while lengths.iter().sum::<usize>() < total {
+        let mut head = [0u8; 5];
+        raw.read_exact(&mut head).await.expect("record header");
+        assert_eq!(head[0], 23, "an application data record");
+        let len = usize::from(u16::from_be_bytes([head[3], head[4]]));
+        raw.read_exact(&mut vec![0u8; len]).await.expect("record");
+        // TLS 1.3: the inner content type and a 16-byte tag.
+        lengths.push(len - 17);
+    }
+    lengths
+}
+
+/// Frames of the largest relay message beside small ones, written
+/// vectored, make the records all their bytes written at once would make:
+/// full records, then the rest (D-728: only what shares a record with
+/// another buffer is gathered; a large payload's whole records are
+/// encrypted from it).
+#[tokio::test]
+async fn vectored_writes_make_the_records_of_the_bytes_joined() {
+    let (server_config, client_config, _dir) = configs();
+    let (mut server, mut client) = pair(&server_config, &client_config).await;
+    // The tickets come after the handshake: the client takes them as it
+    // reads, so that only the records below are raw on its socket.
+    server.write_all(b"x").await.expect("write");
+    server.flush().await.expect("flush");
+    client.read_exact(&mut [0u8; 1]).await.expect("read");
+
+    let large = pattern(0xffff, 5);
+    let small = pattern(100, 9);
+    let header: &[u8] = &[0x82, 0x7e, 0xff, 0xff];
+    let slices = [
+        header,
+        &large[..],
+        &[0x82, 0x64][..],
+        &small[..],
+        header,
+        &large[..],
+    ];
+    let total: usize = slices.iter().map(|s| s.len()).sum();
+    write_all_vectored(&mut server, &slices).await;
+    // Three writes of at most MAX_WRITE, each cut into records of 16 KiB.
+    let mut expected = Vec::new();
+    let mut left = total;
+    while left > 0 {
+        let write = left.min(MAX_WRITE);
+        expected.extend(std::iter::repeat_n(RECORD_DATA, write / RECORD_DATA));
+        if write % RECORD_DATA > 0 {
+            expected.push(write % RECORD_DATA);
+        }
+        left -= write;
+    }
+    assert_eq!(record_lengths(&mut client, total).await, expected);
+}
+
+/// The same frames arrive as written, byte for byte.
+#[tokio::test]
+async fn vectored_writes_deliver_every_byte_in_order() {
+    let (server_config, client_config, _dir) = configs();
+    let (mut server, mut client) = pair(&server_config, &client_config).await;
+    let large = pattern(0xffff, 5);
+    let odd = pattern(3 * RECORD_DATA + 7, 11);
+    let small = pattern(100, 9);
+    let slices: [&[u8]; 7] = [&[1, 2, 3], &large, &small, &odd, &[4], &small, &large];
+    let joined: Vec<u8> = slices.concat();
+    let (got, ()) = tokio::join!(
+        async {
+            let mut got = vec![0u8; joined.len()];
+            client.read_exact(&mut got).await.expect("client reads");
+            got
+        },
+        write_all_vectored(&mut server, &slices)
+    );
+    assert!(got == joined, "the client read the slices in order");
+}
+
+/// A read into a small buffer (a frame's header) decrypts no more records
+/// than it needs: the records after it wait encrypted, not as a copy of
+/// their data (D-728), and a later read gets them in order.
+#[tokio::test]
+async fn a_small_read_leaves_later_records_encrypted() {
+    let (server_config, client_config, _dir) = configs();
+    let (mut server, mut client) = pair(&server_config, &client_config).await;
+    let sent = pattern(0xffff, 21);
+    client.write_all(&sent).await.expect("write");
+    client.flush().await.expect("flush");
+    let mut head = [0u8; 2];
+    server.read_exact(&mut head).await.expect("read");
+    assert_eq!(head, [sent[0], sent[1]]);
+    assert!(
+        server.plaintext.len() - server.taken < RECORD_DATA,
+        "at most one record's data waits decrypted"
+    );
+    assert!(
+        server.incoming.len() > 2 * RECORD_DATA,
+        "the later records wait encrypted (one read brought them all)"
+    );
+    let mut rest = vec![0u8; sent.len() - 2];
+    server.read_exact(&mut rest).await.expect("read");
+    assert!(rest == sent[2..], "the rest in order");
+    assert!(waits(&mut server).await);
+    assert_eq!(
+        (server.incoming.capacity(), server.plaintext.capacity()),
+        (0, 0)
+    );
+}
+
 #[tokio::test]
 async fn close_notify_ends_reads_cleanly_either_way() {
     let (server_config, client_config, _dir) = configs();
