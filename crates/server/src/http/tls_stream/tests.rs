@@ -60,6 +60,17 @@ async fn pair(
     (accepted.expect("accepted"), connected.expect("connected"))
 }
 
+/// The session tickets come after the handshake: the client takes them as
+/// it reads, here one byte the server writes.
+async fn take_tickets(
+    server: &mut TlsStream<DuplexStream>,
+    client: &mut ClientStream<DuplexStream>,
+) {
+    server.write_all(b"x").await.expect("write");
+    server.flush().await.expect("flush");
+    client.read_exact(&mut [0u8; 1]).await.expect("read");
+}
+
 /// Whether a read of the server's stream would wait now.
 async fn waits(stream: &mut TlsStream<DuplexStream>) -> bool {
     let mut byte = [0u8; 1];
@@ -206,11 +217,8 @@ async fn record_lengths(client: &mut ClientStream<DuplexStream>, total: usize) -
 async fn vectored_writes_make_the_records_of_the_bytes_joined() {
     let (server_config, client_config, _dir) = configs();
     let (mut server, mut client) = pair(&server_config, &client_config).await;
-    // The tickets come after the handshake: the client takes them as it
-    // reads, so that only the records below are raw on its socket.
-    server.write_all(b"x").await.expect("write");
-    server.flush().await.expect("flush");
-    client.read_exact(&mut [0u8; 1]).await.expect("read");
+    // Only the records below are raw on the client's socket then.
+    take_tickets(&mut server, &mut client).await;
 
     let large = pattern(0xffff, 5);
     let small = pattern(100, 9);
@@ -320,10 +328,7 @@ async fn close_notify_ends_reads_cleanly_either_way() {
 async fn a_client_that_kept_its_session_resumes_it() {
     let (server_config, client_config, _dir) = configs();
     let (mut server, mut client) = pair(&server_config, &client_config).await;
-    // The tickets come after the handshake: the client takes them as it reads.
-    server.write_all(b"x").await.expect("write");
-    server.flush().await.expect("flush");
-    client.read_exact(&mut [0u8; 1]).await.expect("read");
+    take_tickets(&mut server, &mut client).await;
     drop((server, client));
     let (server, _client) = pair(&server_config, &client_config).await;
     assert_eq!(
