@@ -301,30 +301,40 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> TlsStream<IO> {
     /// Encrypts up to [`MAX_WRITE`] bytes of `bufs`, in order, into the
     /// records on their way; how many it took. Bytes that share a record
     /// with another buffer's are gathered in one buffer first; the whole
-    /// records of a large buffer's middle are encrypted from it, so the
+    /// records of a large buffer, and all of the last buffer that nothing
+    /// gathered precedes, are encrypted from the caller's buffer, so the
     /// records are those of all the bytes written at once.
     fn encrypt_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         let total = bufs.iter().map(|b| b.len()).sum::<usize>().min(MAX_WRITE);
-        let mut gathered: Vec<u8> = Vec::with_capacity(total.min(RECORD_DATA));
+        let mut gathered: Vec<u8> = Vec::new();
+        let gather = |gathered: &mut Vec<u8>, bytes: &[u8]| {
+            if gathered.capacity() == 0 {
+                gathered.reserve_exact(total.min(RECORD_DATA));
+            }
+            gathered.extend_from_slice(bytes);
+        };
         let mut taken = 0;
         for slice in bufs {
             let slice = &slice[..slice.len().min(total - taken)];
             taken += slice.len();
+            let last = taken == total;
             // What completes the record the gathered bytes began.
             let fill = match gathered.len() % RECORD_DATA {
                 0 => 0,
                 used => (RECORD_DATA - used).min(slice.len()),
             };
             let whole = (slice.len() - fill) / RECORD_DATA * RECORD_DATA;
-            if whole == 0 {
-                gathered.extend_from_slice(slice);
+            if whole == 0 && !(last && gathered.is_empty()) {
+                gather(&mut gathered, slice);
                 continue;
             }
-            gathered.extend_from_slice(&slice[..fill]);
+            gather(&mut gathered, &slice[..fill]);
             self.encrypt_all(&gathered)?;
             gathered.clear();
-            self.encrypt_all(&slice[fill..fill + whole])?;
-            gathered.extend_from_slice(&slice[fill + whole..]);
+            // The last buffer's end is the last record either way.
+            let direct = if last { slice.len() - fill } else { whole };
+            self.encrypt_all(&slice[fill..fill + direct])?;
+            gather(&mut gathered, &slice[fill + direct..]);
         }
         self.encrypt_all(&gathered)?;
         Ok(taken)
@@ -380,60 +390,37 @@ impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncRead for TlsStream<IO> {
 }
 
 impl<IO: AsyncRead + AsyncWrite + Unpin> AsyncWrite for TlsStream<IO> {
+    /// One buffer is a vectored write of one: its records are encrypted
+    /// from it, without a copy.
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        // Records written earlier go first: a socket that takes nothing
-        // holds the writer back here, not in a growing buffer.
-        ready!(this.poll_send(cx))?;
-        if data.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        match this.drive(None, Some(data))? {
-            Driven::Wrote(taken) => {
-                // The records are this stream's now; what the socket does
-                // not take yet goes with the next write or the flush.
-                if let Poll::Ready(Err(error)) = this.poll_send(cx) {
-                    return Poll::Ready(Err(error));
-                }
-                Poll::Ready(Ok(taken))
-            }
-            Driven::Closed => Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-            Driven::Blocked | Driven::Writable | Driven::Filled => {
-                Poll::Ready(Err(io::Error::other("the TLS connection cannot send")))
-            }
-        }
+        self.poll_write_vectored(cx, &[IoSlice::new(data)])
     }
 
     /// Several buffers go out as one write (a WebSocket frame's header with
     /// its payload in one record, not a record of its own): up to
     /// [`MAX_WRITE`] of them, in the records one write of them all joined
     /// would make. Only what fills a record beside another buffer's bytes
-    /// is copied together first; the whole records inside a large buffer
-    /// are encrypted from it (D-728).
+    /// is copied together first (D-728).
     fn poll_write_vectored(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let mut filled = bufs.iter().filter(|b| !b.is_empty());
-        match (filled.next(), filled.next()) {
-            (None, _) => self.poll_write(cx, &[]),
-            (Some(only), None) => self.poll_write(cx, only),
-            _ => {
-                let this = self.get_mut();
-                // Records written earlier go first, as in `poll_write`.
-                ready!(this.poll_send(cx))?;
-                let taken = this.encrypt_vectored(bufs)?;
-                if let Poll::Ready(Err(error)) = this.poll_send(cx) {
-                    return Poll::Ready(Err(error));
-                }
-                Poll::Ready(Ok(taken))
-            }
+        let this = self.get_mut();
+        // Records written earlier go first: a socket that takes nothing
+        // holds the writer back here, not in a growing buffer.
+        ready!(this.poll_send(cx))?;
+        let taken = this.encrypt_vectored(bufs)?;
+        // The records are this stream's now; what the socket does not take
+        // yet goes with the next write or the flush.
+        if let Poll::Ready(Err(error)) = this.poll_send(cx) {
+            return Poll::Ready(Err(error));
         }
+        Poll::Ready(Ok(taken))
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -245,6 +245,14 @@ async fn vectored_writes_make_the_records_of_the_bytes_joined() {
         left -= write;
     }
     assert_eq!(record_lengths(&mut client, total).await, expected);
+
+    // One buffer alone: its records straight from it, the last one short.
+    server.write_all(&large).await.expect("write");
+    server.flush().await.expect("flush");
+    assert_eq!(
+        record_lengths(&mut client, large.len()).await,
+        [RECORD_DATA, RECORD_DATA, RECORD_DATA, RECORD_DATA - 1]
+    );
 }
 
 /// The same frames arrive as written, byte for byte.
